@@ -1,0 +1,52 @@
+"""Objects handed to event hooks.
+
+They are mutable on purpose: Java's FilterMessageHook edits the message list in
+place and ConsumeMessageHook reads the status that the listener call filled in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue
+
+__all__ = ["ConsumeMessageContext", "FilterMessageContext"]
+
+
+@attrs.define
+class FilterMessageContext:
+    """What ``rmqk_filter_message`` sees for one FOUND pull response.
+
+    ``messages`` may be edited in place; what is left goes to the process queue.
+    Messages removed here are treated as consumed (their offsets still advance).
+    """
+
+    consumer_group: str
+    queue: MessageQueue
+    messages: list[MessageExt]
+    unit_mode: bool = False
+    extra: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.define
+class ConsumeMessageContext:
+    """What ``rmqk_consume_message_before``/``_after`` see around one listener call.
+
+    ``status`` (the listener's answer as a string, e.g. ``CONSUME_SUCCESS``),
+    ``success``, ``duration_ms`` and ``exception`` are filled in before the
+    ``after`` hook runs; ``return_type`` is Java's ConsumeReturnType
+    (SUCCESS, FAILED, EXCEPTION, RETURNNULL, TIME_OUT).
+    """
+
+    consumer_group: str
+    queue: MessageQueue
+    messages: list[MessageExt]
+    status: str | None = None
+    success: bool = False
+    return_type: str | None = None
+    duration_ms: float = 0.0
+    exception: BaseException | None = None
+    props: dict[str, str] = attrs.field(factory=dict)

@@ -1,0 +1,93 @@
+"""The exception types rmqk raises. Every one says what was wrong and where."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "ClientError",
+    "ConfigError",
+    "ConfigProblem",
+    "FrameError",
+    "PluginError",
+    "RemotingConnectError",
+    "RemotingError",
+    "RemotingSendError",
+    "RemotingTimeoutError",
+    "RmqkError",
+]
+
+
+class RmqkError(Exception):
+    """Base of every error rmqk raises on purpose."""
+
+
+class PluginError(RmqkError):
+    """An unknown or duplicate plugin name, or a plugin that failed to load."""
+
+
+class ConfigProblem:
+    """One mistake in a config file: where it is and what is allowed."""
+
+    __slots__ = ("path", "table", "key", "message")
+
+    def __init__(self, path: str, table: str, key: str | None, message: str) -> None:
+        self.path = path
+        self.table = table
+        self.key = key
+        self.message = message
+
+    def __str__(self) -> str:
+        where = f"[{self.table}]" if self.table else "top level"
+        if self.key:
+            where += f" {self.key}"
+        return f"{self.path}: {where}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"ConfigProblem({self!s})"
+
+
+class ConfigError(RmqkError):
+    """A config file (or consumer options) with one or more mistakes, all reported together."""
+
+    def __init__(self, problems: list[ConfigProblem] | str) -> None:
+        if isinstance(problems, str):
+            problems = [ConfigProblem("<options>", "", None, problems)]
+        self.problems = problems
+        lines = [str(p) for p in problems]
+        head = "1 problem" if len(lines) == 1 else f"{len(lines)} problems"
+        super().__init__(f"{head} in config:\n  " + "\n  ".join(lines))
+
+
+class ClientError(RmqkError):
+    """Misuse of the client API or a failed client operation (Java's MQClientException)."""
+
+
+class BrokerError(RmqkError):
+    """A broker or name server answered with an error code (Java's MQBrokerException)."""
+
+    def __init__(self, code: int, remark: str | None, address: str | None = None) -> None:
+        self.code = code
+        self.remark = remark
+        self.address = address
+        where = f" from {address}" if address else ""
+        super().__init__(f"broker error code {code}{where}: {remark or '(no remark)'}")
+
+
+class RemotingError(RmqkError):
+    """A failure of the remoting layer (connection, timeout, framing)."""
+
+
+class RemotingConnectError(RemotingError):
+    """Could not connect to, or lost the connection to, an address."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response arrived within the request's timeout."""
+
+
+class RemotingSendError(RemotingError):
+    """The request could not be written to the connection."""
+
+
+class FrameError(RemotingError):
+    """A malformed frame: the connection that carried it is closed."""

@@ -1,0 +1,191 @@
+"""Every extension point of rmqk, one pluggy hook spec each.
+
+Two kinds of hook:
+
+* Registration hooks (``rmqk_register_*``) are called once, when the plugin
+  manager builds its registries. Each receives a ``register(name, factory)``
+  callable; calling it adds one named implementation. They must be plain
+  functions (not ``async def``). Registering a name twice is an error that names
+  both plugins.
+* Event hooks are called by the engine while consumers run. Implementations may
+  be ``async def``: the kernel awaits any result that is awaitable. An exception
+  raised by a filter or consume hook is logged and swallowed, as Java does; one
+  raised by an RPC hook propagates and fails that request.
+
+The hook reference in docs/hooks.md is checked against this module by
+tests/test_hook_docs.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from rmqk.contexts import ConsumeMessageContext, FilterMessageContext
+from rmqk.model import MessageQueue
+from rmqk.protocol import RemotingCommand
+
+PROJECT_NAME = "rmqk"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+Register = Callable[[str, Callable[..., Any]], None]
+
+# -- registration hooks ---------------------------------------------------------
+
+
+@hookspec
+def rmqk_register_allocation_strategies(register: Register) -> None:
+    """Register allocation strategies by name.
+
+    Called once when the registry of allocation strategies is first used.
+    ``register(name, factory)``: ``factory(**options)`` returns an object with
+    ``name`` and ``allocate(group, current_cid, mq_all, cid_all) -> list[MessageQueue]``
+    (see :class:`rmqk.contracts.AllocationStrategy`), where ``options`` come from the
+    consumer's ``allocate_options`` table. Names are what a config's
+    ``allocate_message_queue_strategy`` selects (``AVG`` is the default).
+    Returns nothing. Sync only.
+    """
+
+
+@hookspec
+def rmqk_register_offset_stores(register: Register) -> None:
+    """Register offset stores by name.
+
+    Called once when the registry of offset stores is first used.
+    ``register(name, factory)``: ``factory(context)`` returns an
+    :class:`rmqk.contracts.OffsetStore` for one consumer, where ``context`` is an
+    :class:`rmqk.contracts.OffsetStoreContext`. The defaults are ``remote-broker``
+    (clustering) and ``local-file`` (broadcasting). Returns nothing. Sync only.
+    """
+
+
+@hookspec
+def rmqk_register_transports(register: Register) -> None:
+    """Register remoting transports by name.
+
+    Called once when the registry of transports is first used.
+    ``register(name, factory)``: ``factory(config, hook)`` returns an
+    :class:`rmqk.transport.Transport` (the client side of the RocketMQ remoting
+    protocol), where ``config`` is an :class:`rmqk.transport.TransportConfig` and ``hook``
+    is the plugin manager's hook relay, for calling the RPC hooks.
+    The default is ``tcp``. Returns nothing. Sync only.
+    """
+
+
+@hookspec
+def rmqk_register_consume_services(register: Register) -> None:
+    """Register consume services by name.
+
+    Called once when the registry of consume services is first used.
+    ``register(name, factory)``: the factory builds the service that drains
+    process queues into the listener (``concurrent`` and ``orderly`` by default).
+    Returns nothing. Sync only.
+    """
+
+
+@hookspec
+def rmqk_register_sinks(register: Register) -> None:
+    """Register sinks by name.
+
+    Called once when the registry of sinks is first used.
+    ``register(name, factory)``: ``factory(options)`` returns an
+    :class:`rmqk.contracts.Sink` that a composed consumer hands its batches to;
+    ``options`` is the consumer's ``sink_options`` table. Returns nothing. Sync only.
+    """
+
+
+@hookspec
+def rmqk_register_commands(register: Register) -> None:
+    """Register ``rmqk`` CLI sub-commands.
+
+    Called once when the CLI builds its parser. ``register(name, command)`` where
+    ``command`` is an :class:`rmqk.cli.Command` (help, examples, arguments and the
+    function that runs it). Returns nothing. Sync only.
+    """
+
+
+# -- event hooks ----------------------------------------------------------------
+
+
+@hookspec
+def rmqk_filter_message(context: FilterMessageContext) -> None:
+    """Filter the messages of one FOUND pull response (Java's FilterMessageHook).
+
+    Called on the event loop after the client-side exact-tag re-filter and before
+    the messages enter the process queue; implementations edit
+    ``context.messages`` in place. Every implementation runs, in registration
+    order. The return value is ignored. May be ``async def``. Exceptions are
+    logged and swallowed.
+    """
+
+
+@hookspec
+def rmqk_consume_message_before(context: ConsumeMessageContext) -> None:
+    """Called just before a listener or sink receives a batch (ConsumeMessageHook).
+
+    ``context.messages`` is the batch about to be consumed. The return value is
+    ignored. May be ``async def``. Exceptions are logged and swallowed.
+    """
+
+
+@hookspec
+def rmqk_consume_message_after(context: ConsumeMessageContext) -> None:
+    """Called just after a listener or sink returned for a batch (ConsumeMessageHook).
+
+    ``context.status``, ``success``, ``return_type``, ``duration_ms`` and
+    ``exception`` are filled in. The return value is ignored. May be
+    ``async def``. Exceptions are logged and swallowed.
+    """
+
+
+@hookspec
+def rmqk_before_request(address: str, request: RemotingCommand) -> None:
+    """Called before every request the transport sends (RPCHook.doBeforeRequest).
+
+    Also called for requests the broker sends to the client, before they are
+    handled. Implementations may add or change ``request.ext_fields`` (the ``acl``
+    plugin signs here). The return value is ignored. Sync only: it runs in the
+    transport's write path. Exceptions propagate and fail the request.
+    """
+
+
+@hookspec
+def rmqk_after_response(
+    address: str, request: RemotingCommand, response: RemotingCommand | None
+) -> None:
+    """Called after the response to a request arrived (RPCHook.doAfterResponse).
+
+    Called for synchronous calls and for broker-pushed requests, as Java does;
+    ``response`` is None for a oneway call. The return value is ignored. Sync
+    only. Exceptions propagate.
+    """
+
+
+@hookspec
+def rmqk_queues_changed(
+    consumer: Any,
+    topic: str,
+    all_queues: Collection[MessageQueue],
+    assigned: Sequence[MessageQueue],
+) -> None:
+    """Called after a rebalance changed the queues a consumer holds for a topic.
+
+    ``consumer`` is the consumer object; ``all_queues`` every readable queue of
+    the topic; ``assigned`` what this consumer now holds (Java's
+    MessageQueueListener.messageQueueChanged). The return value is ignored. May
+    be ``async def``. Exceptions are logged and swallowed.
+    """
+
+
+@hookspec(historic=True)
+def rmqk_configure(config: Mapping[str, Any]) -> None:
+    """Give plugins the whole parsed config file, so they can read their own tables.
+
+    Historic: a plugin registered after the call still receives it. ``config`` is
+    the TOML document as a read-only mapping. The return value is ignored. Sync
+    only.
+    """

@@ -1,0 +1,297 @@
+"""The client side of the RocketMQ remoting protocol, as the engine sees it.
+
+A transport plugin (``tcp`` by default) implements :class:`Transport`: every call
+a push consumer, a lite pull consumer and a producer make to name servers and
+brokers, with kernel value types in and out. The engine never sees bytes.
+Broker-pushed requests reach the engine through :class:`InboundHandler`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from rmqk.message import Message, MessageExt
+from rmqk.model import (
+    ConsumeFromWhere,
+    ConsumeType,
+    MessageModel,
+    MessageQueue,
+    PullResult,
+    SendResult,
+    SubscriptionData,
+    TopicRouteData,
+)
+from rmqk.protocol import RemotingCommand
+
+__all__ = [
+    "ConsumeMessageDirectlyResult",
+    "ConsumerData",
+    "HeartbeatData",
+    "InboundHandler",
+    "ProducerData",
+    "PullMessageRequest",
+    "SendMessageRequest",
+    "TlsConfig",
+    "Transport",
+    "TransportConfig",
+]
+
+
+@attrs.frozen
+class TlsConfig:
+    """TLS on the remoting port (Apache's ``tls.*`` client settings)."""
+
+    enabled: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    server_hostname: str | None = None
+
+
+@attrs.frozen
+class TransportConfig:
+    """What a transport factory is given (NettyClientConfig plus name servers)."""
+
+    namesrv_addrs: tuple[str, ...] = attrs.field(converter=tuple)
+    client_id: str = "127.0.0.1@DEFAULT"
+    connect_timeout_ms: int = 3000
+    request_timeout_ms: int = 3000
+    async_permits: int = 65535
+    oneway_permits: int = 65535
+    channel_max_idle_s: int = 120
+    serialize_type: str = "JSON"  # or "ROCKETMQ"
+    tls: TlsConfig = TlsConfig()
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class PullMessageRequest:
+    """PullMessageRequestHeader."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    subscription: str | None
+    sub_version: int
+    expression_type: str = "TAG"
+
+
+@attrs.frozen
+class SendMessageRequest:
+    """SendMessageRequestHeader (sent as the V2 short-named header by default)."""
+
+    producer_group: str
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int = 0
+    unit_mode: bool = False
+    batch: bool = False
+    max_reconsume_times: int | None = None
+    default_topic: str = "TBW102"
+    default_topic_queue_nums: int = 4
+
+
+@attrs.frozen
+class ConsumerData:
+    group_name: str
+    consume_type: ConsumeType
+    message_model: MessageModel
+    consume_from_where: ConsumeFromWhere
+    subscriptions: tuple[SubscriptionData, ...] = attrs.field(converter=tuple)
+    unit_mode: bool = False
+
+
+@attrs.frozen
+class ProducerData:
+    group_name: str
+
+
+@attrs.frozen
+class HeartbeatData:
+    client_id: str
+    producers: tuple[ProducerData, ...] = attrs.field(default=(), converter=tuple)
+    consumers: tuple[ConsumerData, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen
+class ConsumeMessageDirectlyResult:
+    order: bool
+    auto_commit: bool
+    consume_result: str  # CR_SUCCESS, CR_LATER, CR_RETURN_NULL, CR_THROW_EXCEPTION, ...
+    remark: str | None
+    spent_time_mills: int
+
+
+class InboundHandler(Protocol):
+    """The engine's side of broker-pushed requests (ClientRemotingProcessor).
+
+    A transport calls these when a broker sends the matching request code; an
+    unset handler, or one that raises NotImplementedError, makes the transport
+    answer REQUEST_CODE_NOT_SUPPORTED as Java does.
+    """
+
+    async def notify_consumer_ids_changed(self, group: str) -> None: ...
+
+    async def reset_offset(
+        self, topic: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None: ...
+
+    async def get_consumer_status(self, topic: str, group: str) -> dict[MessageQueue, int]: ...
+
+    async def get_consumer_running_info(self, group: str, jstack: bool) -> bytes: ...
+
+    async def consume_message_directly(
+        self, group: str, msg: MessageExt, broker_name: str | None
+    ) -> ConsumeMessageDirectlyResult: ...
+
+
+class Transport(Protocol):
+    """MQClientAPIImpl over some wire. Every method raises a RemotingError subclass
+    on connection trouble and BrokerError on an error response."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def set_inbound_handler(self, handler: InboundHandler | None) -> None: ...
+
+    def update_namesrv_addrs(self, addrs: Iterable[str]) -> None: ...
+
+    # raw calls, for tools and plugins that speak codes the API below lacks
+    async def invoke(
+        self, addr: str, request: RemotingCommand, timeout_ms: int | None = None
+    ) -> RemotingCommand: ...
+
+    async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None: ...
+
+    # name server
+    async def get_route(self, topic: str, timeout_ms: int | None = None) -> TopicRouteData | None:
+        """The route of a topic, or None when the name server says it does not exist."""
+        ...
+
+    # broker: consuming
+    async def pull_message(
+        self, addr: str, request: PullMessageRequest, timeout_ms: int
+    ) -> PullResult: ...
+
+    async def query_consumer_offset(
+        self, addr: str, group: str, mq: MessageQueue, timeout_ms: int | None = None
+    ) -> int | None:
+        """The committed offset, or None when the broker has none (QUERY_NOT_FOUND)."""
+        ...
+
+    async def update_consumer_offset(
+        self,
+        addr: str,
+        group: str,
+        mq: MessageQueue,
+        offset: int,
+        oneway: bool = True,
+        timeout_ms: int | None = None,
+    ) -> None: ...
+
+    async def send_heartbeat(
+        self, addr: str, heartbeat: HeartbeatData, timeout_ms: int | None = None
+    ) -> int:
+        """Returns the broker's protocol version."""
+        ...
+
+    async def unregister_client(
+        self,
+        addr: str,
+        client_id: str,
+        producer_group: str | None,
+        consumer_group: str | None,
+        timeout_ms: int | None = None,
+    ) -> None: ...
+
+    async def get_consumer_ids(
+        self, addr: str, group: str, timeout_ms: int | None = None
+    ) -> list[str]: ...
+
+    async def lock_batch_mq(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        mqs: Iterable[MessageQueue],
+        timeout_ms: int | None = None,
+    ) -> set[MessageQueue]: ...
+
+    async def unlock_batch_mq(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        mqs: Iterable[MessageQueue],
+        oneway: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None: ...
+
+    async def consumer_send_msg_back(
+        self,
+        addr: str,
+        msg: MessageExt,
+        group: str,
+        delay_level: int,
+        max_reconsume_times: int,
+        timeout_ms: int | None = None,
+    ) -> None: ...
+
+    async def get_max_offset(
+        self, addr: str, mq: MessageQueue, timeout_ms: int | None = None
+    ) -> int: ...
+
+    async def get_min_offset(
+        self, addr: str, mq: MessageQueue, timeout_ms: int | None = None
+    ) -> int: ...
+
+    async def search_offset(
+        self, addr: str, mq: MessageQueue, timestamp_ms: int, timeout_ms: int | None = None
+    ) -> int: ...
+
+    async def get_earliest_msg_store_time(
+        self, addr: str, mq: MessageQueue, timeout_ms: int | None = None
+    ) -> int: ...
+
+    async def view_message(
+        self, addr: str, commit_log_offset: int, timeout_ms: int | None = None
+    ) -> MessageExt: ...
+
+    # broker: producing
+    async def send_message(
+        self,
+        addr: str,
+        broker_name: str,
+        request: SendMessageRequest,
+        body: bytes,
+        timeout_ms: int | None = None,
+        oneway: bool = False,
+    ) -> SendResult | None:
+        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``request.batch``); None when oneway."""
+        ...
+
+    # admin
+    async def create_topic(
+        self,
+        addr: str,
+        topic: str,
+        read_queue_nums: int = 4,
+        write_queue_nums: int = 4,
+        perm: int = 6,
+        timeout_ms: int | None = None,
+    ) -> None: ...
+

@@ -1,0 +1,1 @@
+"""rmqk.plugins.allocation (in progress)."""

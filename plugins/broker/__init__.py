@@ -1,0 +1,1 @@
+"""rmqk.plugins.broker (in progress)."""

@@ -1,0 +1,1 @@
+"""rmqk.plugins.remoting (in progress)."""

@@ -1,0 +1,1 @@
+"""ACL signing of requests (in progress)."""
