@@ -123,7 +123,7 @@ def _all_commands() -> dict[str, Command]:
             raise RmqkError(
                 f"command {entry.name!r} of plugin {entry.plugin!r} clashes with a built-in command"
             )
-        commands[entry.name] = entry.factory if isinstance(entry.factory, Command) else entry.factory()
+        commands[entry.name] = entry.factory
     return commands
 
 

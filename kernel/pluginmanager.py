@@ -134,9 +134,17 @@ class Entry(Generic[T]):
 class Registry(Generic[T]):
     """Named implementations of one kind, filled by one registration hook."""
 
-    def __init__(self, kind: str, hook_name: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        hook_name: str,
+        check: Callable[[object], bool] = callable,
+        expected: str = "a callable factory",
+    ) -> None:
         self.kind = kind
         self.hook_name = hook_name
+        self._check = check
+        self._expected = expected
         self._entries: dict[str, Entry[T]] = {}
 
     def _fill(self, pm: pluggy.PluginManager) -> None:
@@ -153,10 +161,10 @@ class Registry(Generic[T]):
     def add(self, name: str, factory: Callable[..., T], plugin: str) -> None:
         if not isinstance(name, str) or not name:
             raise PluginError(f"plugin {plugin!r} registered a {self.kind} with no name")
-        if not callable(factory):
+        if not self._check(factory):
             raise PluginError(
-                f"plugin {plugin!r} registered {self.kind} {name!r} with a factory that is "
-                f"not callable: {factory!r}"
+                f"plugin {plugin!r} registered {self.kind} {name!r} with {factory!r}, "
+                f"which is not {self._expected}"
             )
         existing = self._entries.get(name)
         if existing is not None:
@@ -209,7 +217,13 @@ class Registries:
             "consume service", "rmqk_register_consume_services"
         )
         self.sinks: Registry[Any] = Registry("sink", "rmqk_register_sinks")
-        self.commands: Registry[Any] = Registry("command", "rmqk_register_commands")
+        # Commands are registered as rmqk.cli.Command values, not factories.
+        self.commands: Registry[Any] = Registry(
+            "command",
+            "rmqk_register_commands",
+            check=lambda value: callable(getattr(value, "run", None)),
+            expected="an rmqk.cli.Command",
+        )
         for reg in self.all():
             reg._fill(pm)
 
@@ -252,8 +266,10 @@ async def call_event_hook(
 ) -> list[Any]:
     """Call an event hook, awaiting async implementations.
 
-    With ``swallow`` (filter and consume hooks), an exception from one
-    implementation is logged and the others still run, as Java's hook lists do.
+    Implementations run in pluggy's order (the last registered first, with
+    ``tryfirst``/``trylast`` honoured). With ``swallow`` (filter, consume and
+    rebalance hooks), an exception from one implementation is logged and the
+    others still run, as Java's hook lists do.
     """
     pm = pm or get_plugin_manager()
     caller = getattr(pm.hook, name)
