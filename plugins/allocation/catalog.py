@@ -1,0 +1,29 @@
+"""The built-in strategies by their Java names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from rmqk.contracts import AllocationStrategy
+from rmqk.plugins.allocation import (
+    average,
+    circle,
+    config,
+    consistent_hash,
+    machine_room,
+    machine_room_nearby,
+)
+
+__all__ = ["BUILTIN_FACTORIES"]
+
+BUILTIN_FACTORIES: Mapping[str, Callable[..., AllocationStrategy]] = MappingProxyType(
+    {
+        average.NAME: average.create_averagely,
+        circle.NAME: circle.create_averagely_by_circle,
+        consistent_hash.NAME: consistent_hash.create_consistent_hash,
+        config.NAME: config.create_by_config,
+        machine_room.NAME: machine_room.create_by_machine_room,
+        machine_room_nearby.NAME: machine_room_nearby.create_machine_room_nearby,
+    }
+)

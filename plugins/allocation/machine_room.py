@@ -1,0 +1,100 @@
+"""MACHINE_ROOM: only queues of brokers in the consumers' machine rooms, split in blocks.
+
+Java's AllocateMessageQueueByMachineRoom. A broker's room is the part of its name
+before ``@`` (``room1@broker-a``); a broker name that does not split into exactly
+two parts on ``@`` belongs to no room. The queues of the rooms listed in
+``consumer_idcs`` are kept, in order, and consumer i gets the block
+``[i * (n // c), (i + 1) * (n // c))`` plus queue ``i + (n // c) * c`` when
+``i < n % c``. Queues of other rooms are left to other groups or strategies.
+
+Options (``allocate_options``):
+
+* ``consumer_idcs``: the machine rooms (IDCs) whose queues this group consumes,
+  a non-empty list of names (Java's ``consumeridcs``). Every member must list
+  the same rooms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from rmqk.model import MessageQueue
+from rmqk.plugins.allocation.checks import check_allocate_inputs
+from rmqk.plugins.allocation.options import (
+    check_known_options,
+    option_error,
+    require_str_list,
+)
+
+__all__ = [
+    "NAME",
+    "AllocateMessageQueueByMachineRoom",
+    "broker_machine_room",
+    "create_by_machine_room",
+]
+
+NAME = "MACHINE_ROOM"
+
+
+def broker_machine_room(broker_name: str) -> str | None:
+    """The room in ``room@broker``, split as Java's ``String.split("@")`` does."""
+    parts = broker_name.split("@")
+    # Java's split drops trailing empty strings, so "room@broker@" still has two parts.
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts[0] if len(parts) == 2 else None
+
+
+def _room_set(rooms: Iterable[str]) -> frozenset[str]:
+    return frozenset(rooms)
+
+
+@attrs.frozen
+class AllocateMessageQueueByMachineRoom:
+    """Java's AllocateMessageQueueByMachineRoom (see the module docstring)."""
+
+    consumer_idcs: frozenset[str] = attrs.field(converter=_room_set)
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def allocate(
+        self,
+        group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not check_allocate_inputs(group, current_cid, mq_all, cid_all):
+            return []
+        index = list(cid_all).index(current_cid)
+        in_rooms = [
+            mq for mq in mq_all if broker_machine_room(mq.broker_name) in self.consumer_idcs
+        ]
+        consumers = len(cid_all)
+        per_consumer, remainder = divmod(len(in_rooms), consumers)
+        start = per_consumer * index
+        result = in_rooms[start : start + per_consumer]
+        if remainder > index:
+            result.append(in_rooms[index + per_consumer * consumers])
+        return result
+
+
+def create_by_machine_room(**options: Any) -> AllocateMessageQueueByMachineRoom:
+    """Factory for ``MACHINE_ROOM``: option ``consumer_idcs`` (list of room names)."""
+    check_known_options(NAME, options, ("consumer_idcs",))
+    if "consumer_idcs" not in options:
+        raise option_error(
+            NAME,
+            "consumer_idcs",
+            "missing; list the machine rooms whose queues this group consumes, e.g. "
+            'consumer_idcs = ["room1"] for brokers named room1@<broker>',
+        )
+    rooms = require_str_list(NAME, "consumer_idcs", options["consumer_idcs"])
+    if not rooms:
+        raise option_error(NAME, "consumer_idcs", "must name at least one machine room")
+    return AllocateMessageQueueByMachineRoom(rooms)
