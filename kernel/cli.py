@@ -84,18 +84,72 @@ def _cmd_check_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from rmqk.config import describe_config, load_config
+    from rmqk.config import announce_config, describe_config, load_config
 
     status = 0
     for path in args.config:
         try:
             config = load_config(path)
+            # Plugins validate their own tables (e.g. [acl]) when they receive the config.
+            announce_config(config)
         except RmqkError as exc:
             print(str(exc), file=sys.stderr)
             status = 1
             continue
         print(describe_config(config, as_json=args.json))
     return status
+
+
+def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="TOML config file composing consumers")
+    parser.add_argument(
+        "--consumer", action="append", default=None, metavar="NAME",
+        help="run only this consumer table (repeatable; default: all)",
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rmqk.config import load_config
+    from rmqk.runtime import install_stop_signals, run_config
+
+    config = load_config(args.config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+
+        def started(consumers: list[object]) -> None:
+            print(f"rmqk: running {len(consumers)} consumer(s) from {args.config}; Ctrl-C stops",
+                  file=sys.stderr)
+
+        await run_config(config, stop, args.consumer, started)
+
+    asyncio.run(main())
+    return 0
+
+
+def _cmd_produce_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namesrv", required=True, help="name server address(es), ';'-separated")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--count", type=int, default=1000, help="messages to generate (default 1000)")
+    parser.add_argument("--size", type=int, default=100, help="body size in bytes for generated messages")
+    parser.add_argument("--tags", default="", help="comma-separated tags, used round robin")
+    parser.add_argument("--group", default="rmqk-produce", help="producer group")
+    parser.add_argument(
+        "--stdin", action="store_true",
+        help='read JSON lines from stdin: {"body": ..., "tags": ..., "keys": ..., "properties": {...}}',
+    )
+    parser.add_argument("--batch", type=int, default=1, help="messages per send (batch send when > 1)")
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rmqk.engine.produce_tool import produce
+
+    return asyncio.run(produce(args))
 
 
 BUILTIN_COMMANDS: dict[str, Command] = {
@@ -110,6 +164,21 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         run=_cmd_check,
         add_arguments=_cmd_check_args,
         examples=("rmqk check examples/demo.toml", "rmqk check --json consumers.toml"),
+    ),
+    "run": Command(
+        help="run the consumers a config file composes until SIGINT/SIGTERM",
+        run=_cmd_run,
+        add_arguments=_cmd_run_args,
+        examples=("rmqk run examples/jsonl.toml", "rmqk run consumers.toml --consumer orders"),
+    ),
+    "produce": Command(
+        help="send test messages (generated, or JSON lines from stdin)",
+        run=_cmd_produce,
+        add_arguments=_cmd_produce_args,
+        examples=(
+            "rmqk produce --namesrv 127.0.0.1:9876 --topic Orders --count 10000 --tags TagA,TagB",
+            "cat events.jsonl | rmqk produce --namesrv 127.0.0.1:9876 --topic Orders --stdin",
+        ),
     ),
 }
 

@@ -272,14 +272,14 @@ def test_hook_rmqk_configure(pm: Any) -> None:
     class Early:
         @hookimpl
         def rmqk_configure(self, config: Any) -> None:
-            seen.append(("early", config["acl"]["access_key"]))
+            seen.append(("early", config["my_plugin"]["colour"]))
 
     class Late:
         @hookimpl
         def rmqk_configure(self, config: Any) -> None:
-            seen.append(("late", config["acl"]["access_key"]))
+            seen.append(("late", config["my_plugin"]["colour"]))
 
     pm.register(Early(), name="early")
-    pm.hook.rmqk_configure.call_historic(kwargs={"config": {"acl": {"access_key": "AK"}}})
+    pm.hook.rmqk_configure.call_historic(kwargs={"config": {"my_plugin": {"colour": "AK"}}})
     pm.register(Late(), name="late")  # historic: still receives the earlier call
     assert seen == [("early", "AK"), ("late", "AK")]
