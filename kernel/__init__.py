@@ -25,7 +25,28 @@ from rmqk.model import (
 
 __version__ = "0.1.0"
 
+# The engine is imported on first use so that `import rmqk` stays cheap for tools
+# and for Spark workers that only need the model.
+_LAZY = {
+    "PushConsumer": "rmqk.engine.sync",
+    "Producer": "rmqk.engine.sync",
+    "AsyncPushConsumer": "rmqk.engine.consumer",
+    "AsyncProducer": "rmqk.engine.producer",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rmqk' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
+    "AsyncProducer",
+    "AsyncPushConsumer",
     "BrokerError",
     "ClientError",
     "ConfigError",
@@ -37,8 +58,10 @@ __all__ = [
     "MessageModel",
     "MessageQueue",
     "PluginError",
+    "Producer",
     "PullResult",
     "PullStatus",
+    "PushConsumer",
     "RemotingError",
     "RmqkError",
     "SubscriptionData",

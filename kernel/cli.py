@@ -67,7 +67,11 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     print("Plugins:")
     for p in plugins:
-        origin = f"{p['distribution']} {p['version']}" if p["distribution"] else "(not from a distribution)"
+        origin = (
+            f"{p['distribution']} {p['version']}"
+            if p["distribution"]
+            else "(not from a distribution)"
+        )
         print(f"  {p['name']}  [{origin}]  {p['module']}")
         for hook in p["hooks"]:
             print(f"      {hook}")
@@ -80,7 +84,9 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _cmd_check_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="+", help="TOML config file(s) composing consumers")
-    parser.add_argument("--json", action="store_true", help="print the resolved composition as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print the resolved composition as JSON"
+    )
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -103,7 +109,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="TOML config file composing consumers")
     parser.add_argument(
-        "--consumer", action="append", default=None, metavar="NAME",
+        "--consumer",
+        action="append",
+        default=None,
+        metavar="NAME",
         help="run only this consumer table (repeatable; default: all)",
     )
 
@@ -121,8 +130,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         install_stop_signals(stop)
 
         def started(consumers: list[object]) -> None:
-            print(f"rmqk: running {len(consumers)} consumer(s) from {args.config}; Ctrl-C stops",
-                  file=sys.stderr)
+            print(
+                f"rmqk: running {len(consumers)} consumer(s) from {args.config}; Ctrl-C stops",
+                file=sys.stderr,
+            )
 
         await run_config(config, stop, args.consumer, started)
 
@@ -133,15 +144,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_produce_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namesrv", required=True, help="name server address(es), ';'-separated")
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--count", type=int, default=1000, help="messages to generate (default 1000)")
-    parser.add_argument("--size", type=int, default=100, help="body size in bytes for generated messages")
+    parser.add_argument(
+        "--count", type=int, default=1000, help="messages to generate (default 1000)"
+    )
+    parser.add_argument(
+        "--size", type=int, default=100, help="body size in bytes for generated messages"
+    )
     parser.add_argument("--tags", default="", help="comma-separated tags, used round robin")
     parser.add_argument("--group", default="rmqk-produce", help="producer group")
     parser.add_argument(
-        "--stdin", action="store_true",
-        help='read JSON lines from stdin: {"body": ..., "tags": ..., "keys": ..., "properties": {...}}',
+        "--stdin",
+        action="store_true",
+        help='read JSON lines from stdin: {"body": ..., "tags": ..., "keys": ..., '
+        '"properties": {...}}',
     )
-    parser.add_argument("--batch", type=int, default=1, help="messages per send (batch send when > 1)")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="messages per send (batch send when > 1)"
+    )
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:

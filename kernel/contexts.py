@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 
 from rmqk.message import MessageExt
-from rmqk.model import MessageQueue
+from rmqk.model import MessageQueue, SubscriptionData
 
 __all__ = ["ConsumeMessageContext", "FilterMessageContext"]
 
@@ -27,6 +27,7 @@ class FilterMessageContext:
     consumer_group: str
     queue: MessageQueue
     messages: list[MessageExt]
+    subscription: SubscriptionData | None = None
     unit_mode: bool = False
     extra: dict[str, Any] = attrs.field(factory=dict)
 

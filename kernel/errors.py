@@ -28,7 +28,7 @@ class PluginError(RmqkError):
 class ConfigProblem:
     """One mistake in a config file: where it is and what is allowed."""
 
-    __slots__ = ("path", "table", "key", "message")
+    __slots__ = ("key", "message", "path", "table")
 
     def __init__(self, path: str, table: str, key: str | None, message: str) -> None:
         self.path = path

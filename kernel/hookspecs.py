@@ -118,7 +118,8 @@ def rmqk_filter_message(context: FilterMessageContext) -> None:
     Called on the event loop after the client-side exact-tag re-filter and before
     the messages enter the process queue; implementations edit
     ``context.messages`` in place. Every implementation runs, in pluggy's
-    order (the last registered first; ``tryfirst``/``trylast`` honoured). The return value is ignored. May be ``async def``. Exceptions are
+    order (the last registered first; ``tryfirst``/``trylast`` honoured).
+    The return value is ignored. May be ``async def``. Exceptions are
     logged and swallowed.
     """
 

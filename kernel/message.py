@@ -18,9 +18,9 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageProperty",
+    "format_properties",
     "offset_msg_id",
     "parse_properties",
-    "format_properties",
 ]
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -89,7 +89,8 @@ def offset_msg_id(store_host: str, commit_log_offset: int) -> str:
     """The broker-side message id: upper-case hex of store IP, port and commit log offset."""
     ip, port = _split_host(store_host)
     packed = ipaddress.ip_address(ip).packed
-    return (packed + port.to_bytes(4, "big") + commit_log_offset.to_bytes(8, "big")).hex().upper()
+    offset = commit_log_offset.to_bytes(8, "big", signed=True)
+    return (packed + port.to_bytes(4, "big") + offset).hex().upper()
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
@@ -110,7 +111,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
 class Message:
     """A message to send (producer side)."""
 
-    __slots__ = ("topic", "body", "flag", "properties")
+    __slots__ = ("body", "flag", "properties", "topic")
 
     def __init__(
         self,
@@ -289,8 +290,9 @@ class MessageExt:
     def __eq__(self, other: Any) -> bool:
         if not isinstance(other, MessageExt):
             return NotImplemented
-        return all(
-            getattr(self, s) == getattr(other, s) for s in _EXT_SLOTS if not s.startswith("_")
-        ) and self.properties == other.properties
+        return (
+            all(getattr(self, s) == getattr(other, s) for s in _EXT_SLOTS if not s.startswith("_"))
+            and self.properties == other.properties
+        )
 
     __hash__ = None  # type: ignore[assignment]

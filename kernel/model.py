@@ -16,10 +16,10 @@ import attrs
 from rmqk.message import Message, MessageExt
 
 __all__ = [
-    "RETRY_GROUP_TOPIC_PREFIX",
     "DLQ_GROUP_TOPIC_PREFIX",
-    "SUB_ALL",
     "MASTER_ID",
+    "RETRY_GROUP_TOPIC_PREFIX",
+    "SUB_ALL",
     "BrokerData",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
@@ -279,7 +279,7 @@ class TopicRouteData:
         )
 
     def publish_queues(self, topic: str) -> tuple[MessageQueue, ...]:
-        """Writable queues on brokers with a master, in route order (topicRouteData2TopicPublishInfo)."""
+        """Writable queues on brokers with a master (topicRouteData2TopicPublishInfo)."""
         out: list[MessageQueue] = []
         for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
             b = self.broker(q.broker_name)

@@ -28,8 +28,8 @@ from rmqk.errors import PluginError
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "Registry",
     "Registries",
+    "Registry",
     "await_me_maybe",
     "call_event_hook",
     "get_plugin_manager",
@@ -98,9 +98,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
                     f"({ep.value}): {exc}"
                 ) from exc
             pm.register(plugin, name=ep.name)
-            _distributions[ep.name] = PluginDistribution(
-                ep.name, dist_name, dist.version, ep.value
-            )
+            _distributions[ep.name] = PluginDistribution(ep.name, dist_name, dist.version, ep.value)
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -209,9 +207,7 @@ class Registries:
         self.allocation_strategies: Registry[Any] = Registry(
             "allocation strategy", "rmqk_register_allocation_strategies"
         )
-        self.offset_stores: Registry[Any] = Registry(
-            "offset store", "rmqk_register_offset_stores"
-        )
+        self.offset_stores: Registry[Any] = Registry("offset store", "rmqk_register_offset_stores")
         self.transports: Registry[Any] = Registry("transport", "rmqk_register_transports")
         self.consume_services: Registry[Any] = Registry(
             "consume service", "rmqk_register_consume_services"

@@ -12,14 +12,14 @@ import itertools
 from collections.abc import Mapping
 
 __all__ = [
+    "PROTOCOL_VERSION",
+    "RPC_ONEWAY",
+    "RPC_TYPE_RESPONSE",
     "LanguageCode",
+    "PullSysFlag",
     "RemotingCommand",
     "RequestCode",
     "ResponseCode",
-    "PullSysFlag",
-    "RPC_TYPE_RESPONSE",
-    "RPC_ONEWAY",
-    "PROTOCOL_VERSION",
 ]
 
 RPC_TYPE_RESPONSE = 0x1
@@ -154,7 +154,7 @@ class RemotingCommand:
     command is encoded, exactly as Java's RPCHook mutates the RemotingCommand.
     """
 
-    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body")
+    __slots__ = ("body", "code", "ext_fields", "flag", "language", "opaque", "remark", "version")
 
     def __init__(
         self,

@@ -64,7 +64,7 @@ class TransportConfig:
     oneway_permits: int = 65535
     channel_max_idle_s: int = 120
     serialize_type: str = "JSON"  # or "ROCKETMQ"
-    tls: TlsConfig = TlsConfig()
+    tls: TlsConfig = attrs.field(factory=TlsConfig)
     options: Mapping[str, Any] = attrs.field(factory=dict)
 
 
@@ -272,6 +272,10 @@ class Transport(Protocol):
     ) -> MessageExt: ...
 
     # broker: producing
+    def encode_batch(self, messages: Sequence[Message]) -> bytes:
+        """The SEND_BATCH_MESSAGE body for ``messages`` (the producer sends it as-is)."""
+        ...
+
     async def send_message(
         self,
         addr: str,
@@ -294,4 +298,3 @@ class Transport(Protocol):
         perm: int = 6,
         timeout_ms: int | None = None,
     ) -> None: ...
-

@@ -92,7 +92,7 @@ def test_register_rejects_a_non_callable_factory(pm: Any) -> None:
             register("broken", 42)
 
     pm.register(Bad(), name="bad")
-    with pytest.raises(PluginError, match="sink 'broken'.*not a callable factory"):
+    with pytest.raises(PluginError, match=r"sink 'broken'.*not a callable factory"):
         registries()
 
 
@@ -111,7 +111,9 @@ def _check_registration(pm: Any, hook: str, attribute: str, kind: str) -> None:
     assert f"custom-{attribute}" in reg.names()
     assert reg.create(f"custom-{attribute}", "arg") == f"{kind}-instance"
     assert made == [("arg",)]
-    with pytest.raises(PluginError, match=f"unknown {kind} 'missing'; registered: .*custom-{attribute}"):
+    with pytest.raises(
+        PluginError, match=rf"unknown {kind} 'missing'; registered: .*custom-{attribute}"
+    ):
         reg.get("missing")
 
 
@@ -124,9 +126,7 @@ def test_hook_rmqk_register_transports(pm: Any) -> None:
 
 
 def test_hook_rmqk_register_consume_services(pm: Any) -> None:
-    _check_registration(
-        pm, "rmqk_register_consume_services", "consume_services", "consume service"
-    )
+    _check_registration(pm, "rmqk_register_consume_services", "consume_services", "consume service")
 
 
 def test_hook_rmqk_register_sinks(pm: Any) -> None:
@@ -149,8 +149,12 @@ def test_hook_rmqk_register_commands(pm: Any, capsys: pytest.CaptureFixture[str]
         def rmqk_register_commands(self, register: Any) -> None:
             register(
                 "hello",
-                cli.Command(help="say hello", run=run, add_arguments=add_arguments,
-                            examples=("rmqk hello --who you",)),
+                cli.Command(
+                    help="say hello",
+                    run=run,
+                    add_arguments=add_arguments,
+                    examples=("rmqk hello --who you",),
+                ),
             )
 
     pm.register(Plugin(), name="hello-plugin")
@@ -162,7 +166,9 @@ def test_hook_rmqk_register_commands(pm: Any, capsys: pytest.CaptureFixture[str]
     assert "rmqk hello --who you" in capsys.readouterr().out
 
 
-def test_a_plugin_command_may_not_shadow_a_builtin(pm: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_plugin_command_may_not_shadow_a_builtin(
+    pm: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     class Plugin:
         @hookimpl
         def rmqk_register_commands(self, register: Any) -> None:
@@ -238,13 +244,20 @@ async def test_hook_rmqk_consume_message_after(pm: Any) -> None:
 async def test_rpc_hooks_propagate_errors_when_not_swallowed(pm: Any) -> None:
     class Plugin:
         @hookimpl
-        def rmqk_queues_changed(self, consumer: Any, topic: str, all_queues: Any, assigned: Any) -> None:
+        def rmqk_queues_changed(
+            self, consumer: Any, topic: str, all_queues: Any, assigned: Any
+        ) -> None:
             raise ValueError("boom")
 
     pm.register(Plugin(), name="strict")
     with pytest.raises(ValueError, match="boom"):
         await call_event_hook(
-            "rmqk_queues_changed", swallow=False, consumer=None, topic="T", all_queues=[], assigned=[]
+            "rmqk_queues_changed",
+            swallow=False,
+            consumer=None,
+            topic="T",
+            all_queues=[],
+            assigned=[],
         )
 
 

@@ -31,7 +31,7 @@ from rmqk.model import (
         ("hello", 99162322),
         ("TagA", 2598919),
         ("polygenelubricants", -2147483648),  # famous Integer.MIN_VALUE hash
-        ("\U0001F600", 1772899),  # hashed as the UTF-16 surrogate pair D83D DE00
+        ("\U0001f600", 1772899),  # hashed as the UTF-16 surrogate pair D83D DE00
     ],
 )
 def test_java_string_hash(text: str, expected: int) -> None:
@@ -46,7 +46,11 @@ def test_java_string_hash_is_a_signed_int32(text: str) -> None:
 
 def test_message_queue_sorts_like_java_and_prints_like_java() -> None:
     qs = [MessageQueue("T", "b", 10), MessageQueue("T", "b", 2), MessageQueue("S", "z", 0)]
-    assert sorted(qs) == [MessageQueue("S", "z", 0), MessageQueue("T", "b", 2), MessageQueue("T", "b", 10)]
+    assert sorted(qs) == [
+        MessageQueue("S", "z", 0),
+        MessageQueue("T", "b", 2),
+        MessageQueue("T", "b", 10),
+    ]
     assert str(qs[0]) == "MessageQueue [topic=T, brokerName=b, queueId=10]"
     assert len({MessageQueue("T", "b", 1), MessageQueue("T", "b", 1)}) == 1
 

@@ -80,7 +80,7 @@ def test_entry_points_name_existing_modules() -> None:
     _, package_dir = _declared()
     for name, target in data["project"]["entry-points"]["rmqk"].items():
         module = target.split(":")[0]
-        head, _, rest = module.partition(".plugins")
+        _, _, rest = module.partition(".plugins")
         folder = package_dir["rmqk.plugins"] if rest or module == "rmqk.plugins" else "kernel"
         rel = rest.strip(".").replace(".", "/")
         base = ROOT / folder / rel if rel else ROOT / folder

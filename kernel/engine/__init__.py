@@ -1,0 +1,1 @@
+"""The push-consumer engine: client instance, rebalance, pull loop, process queues."""

@@ -1,0 +1,149 @@
+"""Calling user listeners: sync ones on a bounded thread pool, async ones under a semaphore.
+
+A listener takes ``(messages)`` or ``(messages, context)``. Concurrent listeners
+return None or ``CONSUME_SUCCESS`` for success, ``RECONSUME_LATER`` (or raise) to
+retry; orderly listeners return None or ``SUCCESS``, or
+``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or raise) to retry the same batch first.
+Unlike Java, None means success: a Python function that returns nothing has
+handled its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from rmqk.contexts import ConsumeMessageContext
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue
+from rmqk.pluginmanager import call_event_hook, hook_has_impls
+
+__all__ = [
+    "JAVA_INT_MAX",
+    "ConsumeConcurrentlyContext",
+    "ConsumeOrderlyContext",
+    "ListenerInvoker",
+    "ListenerOutcome",
+]
+
+JAVA_INT_MAX = 2**31 - 1
+
+
+@attrs.define
+class ConsumeConcurrentlyContext:
+    """Handed to concurrent listeners; they may set ``ack_index`` and the retry delay."""
+
+    queue: MessageQueue
+    ack_index: int = JAVA_INT_MAX
+    delay_level_when_next_consume: int = 0
+
+
+@attrs.define
+class ConsumeOrderlyContext:
+    queue: MessageQueue
+    auto_commit: bool = True
+    suspend_current_queue_time_millis: int = -1
+
+
+@attrs.frozen
+class ListenerOutcome:
+    """What one listener call produced."""
+
+    status: Any  # the listener's return value (None, an enum member or its name)
+    exception: BaseException | None
+    duration_ms: float
+
+
+class ListenerInvoker:
+    """Runs one consumer's listener with the consume hooks around every call."""
+
+    def __init__(
+        self,
+        listener: Callable[..., Any],
+        group: str,
+        max_workers: int,
+        thread_name_prefix: str = "ConsumeMessageThread",
+    ) -> None:
+        self.listener = listener
+        self.group = group
+        # A callable object with an ``async def __call__`` is async too.
+        call = type(listener).__call__ if not inspect.isfunction(listener) else None
+        self.is_async = inspect.iscoroutinefunction(listener) or (
+            call is not None and inspect.iscoroutinefunction(call)
+        )
+        self.wants_context = _accepts_two_args(listener)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._semaphore = asyncio.Semaphore(max_workers)
+        if not self.is_async:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max_workers, thread_name_prefix=thread_name_prefix
+            )
+        self._hooks_checked_at = 0.0
+        self._has_hooks = False
+
+    def _hooks_enabled(self) -> bool:
+        # Building hook contexts costs per call; look at the plugin manager once a second.
+        now = time.monotonic()
+        if now - self._hooks_checked_at > 1.0:
+            self._has_hooks = hook_has_impls("rmqk_consume_message_before") or hook_has_impls(
+                "rmqk_consume_message_after"
+            )
+            self._hooks_checked_at = now
+        return self._has_hooks
+
+    async def invoke(
+        self, queue: MessageQueue, msgs: Sequence[MessageExt], context: Any, hooks: bool = True
+    ) -> tuple[ListenerOutcome, ConsumeMessageContext | None]:
+        hook_ctx: ConsumeMessageContext | None = None
+        if hooks and self._hooks_enabled():
+            hook_ctx = ConsumeMessageContext(self.group, queue, list(msgs))
+            await call_event_hook("rmqk_consume_message_before", context=hook_ctx)
+        args: tuple[Any, ...] = (list(msgs), context) if self.wants_context else (list(msgs),)
+        start = time.perf_counter()
+        status: Any = None
+        error: BaseException | None = None
+        try:
+            async with self._semaphore:
+                if self.is_async:
+                    status = await self.listener(*args)
+                else:
+                    assert self._executor is not None
+                    loop = asyncio.get_running_loop()
+                    ctx = contextvars.copy_context()
+                    status = await loop.run_in_executor(
+                        self._executor, lambda: ctx.run(self.listener, *args)
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = exc
+        outcome = ListenerOutcome(status, error, (time.perf_counter() - start) * 1000)
+        return outcome, hook_ctx
+
+    async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
+        if hook_ctx is not None:
+            await call_event_hook("rmqk_consume_message_after", context=hook_ctx)
+
+    def shutdown(self, wait: bool = False) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def _accepts_two_args(fn: Callable[..., Any]) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
+        return True
+    return len(positional) >= 2

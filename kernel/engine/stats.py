@@ -1,0 +1,95 @@
+"""Consumer statistics (Java's ConsumerStatsManager): rates and times per topic.
+
+Each figure is kept as a cumulative count with a timestamped snapshot, so a rate
+is (count now - count at the last snapshot) / elapsed, over a window of about a
+minute like Java's StatsItemSet minute rates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import attrs
+
+__all__ = ["ConsumerStats", "TopicStats"]
+
+WINDOW_S = 60.0
+
+
+@attrs.define
+class _Counter:
+    total: float = 0.0
+    times: int = 0
+    snap_total: float = 0.0
+    snap_times: int = 0
+    snap_at: float = attrs.field(factory=time.monotonic)
+
+    def add(self, value: float, times: int = 1) -> None:
+        self._roll()
+        self.total += value
+        self.times += times
+
+    def _roll(self) -> None:
+        now = time.monotonic()
+        if now - self.snap_at > WINDOW_S:
+            self.snap_total, self.snap_times, self.snap_at = self.total, self.times, now
+
+    def rate(self) -> float:
+        self._roll()
+        elapsed = max(time.monotonic() - self.snap_at, 1e-3)
+        return (self.total - self.snap_total) / elapsed
+
+    def average(self) -> float:
+        self._roll()
+        n = self.times - self.snap_times
+        return (self.total - self.snap_total) / n if n else 0.0
+
+
+@attrs.define
+class TopicStats:
+    pull_rt: _Counter = attrs.field(factory=_Counter)
+    pull_tps: _Counter = attrs.field(factory=_Counter)
+    consume_rt: _Counter = attrs.field(factory=_Counter)
+    consume_ok: _Counter = attrs.field(factory=_Counter)
+    consume_failed: _Counter = attrs.field(factory=_Counter)
+    consumed_ok_total: int = 0
+    consumed_failed_total: int = 0
+
+
+class ConsumerStats:
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicStats] = defaultdict(TopicStats)
+
+    def pull_rt(self, topic: str, ms: float) -> None:
+        self.topics[topic].pull_rt.add(ms)
+
+    def pull_tps(self, topic: str, n: int) -> None:
+        self.topics[topic].pull_tps.add(n)
+
+    def consume_rt(self, topic: str, ms: float) -> None:
+        self.topics[topic].consume_rt.add(ms)
+
+    def consume_ok(self, topic: str, n: int) -> None:
+        t = self.topics[topic]
+        t.consume_ok.add(n)
+        t.consumed_ok_total += n
+
+    def consume_failed(self, topic: str, n: int) -> None:
+        t = self.topics[topic]
+        t.consume_failed.add(n)
+        t.consumed_failed_total += n
+
+    def status_table(self) -> dict[str, dict[str, float]]:
+        """ConsumeStatus per topic, in the JSON shape Apache's admin tools read."""
+        return {
+            topic: {
+                "pullRT": s.pull_rt.average(),
+                "pullTPS": s.pull_tps.rate(),
+                "consumeRT": s.consume_rt.average(),
+                "consumeOKTPS": s.consume_ok.rate(),
+                "consumeFailedTPS": s.consume_failed.rate(),
+                "consumeFailedMsgs": s.consumed_failed_total,
+            }
+            for topic, s in self.topics.items()
+        }

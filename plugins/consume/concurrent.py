@@ -1,0 +1,251 @@
+"""The ``concurrent`` consume service (Java's ConsumeMessageConcurrentlyService).
+
+A pulled batch is split into chunks of ``consume_message_batch_max_size`` that
+run in parallel on the listener pool. A chunk's failures go back to the broker's
+retry flow (or, failing that, are retried locally after 5 s); the committed
+offset is the lowest offset still in flight, so nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rmqk.engine.listener import ConsumeConcurrentlyContext
+from rmqk.engine.process_queue import ProcessQueue
+from rmqk.message import MessageExt
+from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
+from rmqk.transport import ConsumeMessageDirectlyResult
+
+if TYPE_CHECKING:
+    from rmqk.engine.consumer import AsyncPushConsumer
+
+__all__ = ["ConcurrentConsumeService", "normalize_status"]
+
+log = logging.getLogger("rmqk.plugins.consume.concurrent")
+
+LOCAL_RETRY_DELAY_S = 5.0
+# cleanExpiredMsg looks at no more than this many messages at a queue's head.
+EXPIRED_SCAN_LIMIT = 16
+
+
+def normalize_status(value: Any) -> ConsumeStatus | None:
+    """A listener's answer as a ConsumeStatus; None (success) or an unknown value -> None."""
+    if value is None or value is True:
+        return ConsumeStatus.CONSUME_SUCCESS
+    if isinstance(value, ConsumeStatus):
+        return value
+    if isinstance(value, str):
+        try:
+            return ConsumeStatus(value)
+        except ValueError:
+            return None
+    if value is False:
+        return ConsumeStatus.RECONSUME_LATER
+    return None
+
+
+class ConcurrentConsumeService:
+    orderly = False
+
+    def __init__(self, consumer: AsyncPushConsumer) -> None:
+        self.consumer = consumer
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._cleaner: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    async def start(self) -> None:
+        self._cleaner = asyncio.get_running_loop().create_task(self._clean_expired_loop())
+
+    async def shutdown(self, await_termination_ms: int) -> None:
+        self._stopped = True
+        if self._cleaner is not None:
+            self._cleaner.cancel()
+        if await_termination_ms > 0 and self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=await_termination_ms / 1000)
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def submit(
+        self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, dispatch_to_consume: bool
+    ) -> None:
+        if self._stopped:
+            return
+        size = self.consumer.options.consume_message_batch_max_size
+        for i in range(0, len(msgs), size):
+            self._spawn(self._consume(msgs[i : i + size], pq, mq))
+
+    async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        if pq.dropped:
+            return
+        consumer = self.consumer
+        ctx = ConsumeConcurrentlyContext(mq)
+        consumer.reset_retry_topic(msgs)
+        started = int(time.time() * 1000)
+        for m in msgs:
+            pq.consume_started[m.queue_offset] = started
+        outcome, hook_ctx = await consumer.invoker.invoke(mq, msgs, ctx)
+        status = None if outcome.exception is not None else normalize_status(outcome.status)
+        if outcome.exception is not None:
+            log.warning(
+                "consumeMessage exception: %r Group: %s Msgs: %d MQ: %s",
+                outcome.exception,
+                consumer.group,
+                len(msgs),
+                mq,
+            )
+            return_type = "EXCEPTION"
+        elif outcome.status is None:
+            return_type = "SUCCESS"  # None is success here, unlike Java's RETURNNULL
+        elif status is None:
+            log.warning(
+                "listener of %s returned %r; treating it as RECONSUME_LATER",
+                consumer.group,
+                outcome.status,
+            )
+            return_type = "RETURNNULL"
+        elif outcome.duration_ms >= consumer.options.consume_timeout * 60_000:
+            return_type = "TIME_OUT"
+        elif status is ConsumeStatus.RECONSUME_LATER:
+            return_type = "FAILED"
+        else:
+            return_type = "SUCCESS"
+        if status is None:
+            status = ConsumeStatus.RECONSUME_LATER
+        if hook_ctx is not None:
+            hook_ctx.status = status.value
+            hook_ctx.success = status is ConsumeStatus.CONSUME_SUCCESS
+            hook_ctx.return_type = return_type
+            hook_ctx.duration_ms = outcome.duration_ms
+            hook_ctx.exception = outcome.exception
+            hook_ctx.props["ConsumeContextType"] = return_type
+            await consumer.invoker.after(hook_ctx)
+        consumer.stats.consume_rt(mq.topic, outcome.duration_ms)
+        if pq.dropped:
+            # The queue went to another member: its results are discarded, the new owner
+            # consumes these messages again (at-least-once).
+            return
+        await self._process_result(status, ctx, msgs, pq, mq)
+
+    async def _process_result(
+        self,
+        status: ConsumeStatus,
+        ctx: ConsumeConcurrentlyContext,
+        msgs: list[MessageExt],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> None:
+        consumer = self.consumer
+        ack_index = ctx.ack_index
+        if not msgs:
+            return
+        if status is ConsumeStatus.CONSUME_SUCCESS:
+            if ack_index >= len(msgs):
+                ack_index = len(msgs) - 1
+            ok = ack_index + 1
+            consumer.stats.consume_ok(mq.topic, ok)
+            if len(msgs) - ok:
+                consumer.stats.consume_failed(mq.topic, len(msgs) - ok)
+        else:
+            ack_index = -1
+            consumer.stats.consume_failed(mq.topic, len(msgs))
+        failed = msgs[ack_index + 1 :]
+        done = msgs
+        if failed and consumer.message_model is MessageModel.BROADCASTING:
+            for msg in failed:
+                log.warning("BROADCASTING, the message consume failed, drop it, %s", msg)
+        elif failed:
+            back_failed: list[MessageExt] = []
+            for msg in failed:
+                try:
+                    await consumer.send_message_back(
+                        msg, ctx.delay_level_when_next_consume, mq.broker_name
+                    )
+                except Exception as exc:
+                    log.warning("send message back failed, consume it again locally later: %s", exc)
+                    msg.reconsume_times += 1
+                    back_failed.append(msg)
+            if back_failed:
+                ids = {id(m) for m in back_failed}
+                done = [m for m in msgs if id(m) not in ids]
+                self._retry_locally(back_failed, pq, mq)
+        offset = pq.remove_messages(done)
+        if offset >= 0 and not pq.dropped:
+            consumer.offset_store.update_offset(mq, offset, True)
+
+    def _retry_locally(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        async def later() -> None:
+            await asyncio.sleep(LOCAL_RETRY_DELAY_S)
+            self.submit(msgs, pq, mq, True)
+
+        self._spawn(later())
+
+    async def _clean_expired_loop(self) -> None:
+        period = self.consumer.options.consume_timeout * 60
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.clean_expired_messages()
+            except Exception:
+                log.exception("cleanExpiredMsg failed")
+
+    async def clean_expired_messages(self) -> None:
+        """Send back (delay level 3) messages whose consume began over consume_timeout ago."""
+        consumer = self.consumer
+        limit_ms = consumer.options.consume_timeout * 60_000
+        now = int(time.time() * 1000)
+        for mq, pq in list(consumer.rebalance.process_queue_table.items()):
+            for msg in pq.head_messages(EXPIRED_SCAN_LIMIT):
+                started = pq.consume_started.get(msg.queue_offset)
+                if started is None or now - started <= limit_ms:
+                    break
+                try:
+                    await consumer.send_message_back(msg, 3, mq.broker_name)
+                except Exception:
+                    log.exception("send expire msg back failed: %s", msg)
+                    break
+                log.info("send expire msg back. topic=%s, offset=%d", msg.topic, msg.queue_offset)
+                if pq.first_offset() == msg.queue_offset:
+                    offset = pq.remove_messages([msg])
+                    if offset >= 0:
+                        consumer.offset_store.update_offset(mq, offset, True)
+
+    async def consume_message_directly(
+        self, msg: MessageExt, broker_name: str | None
+    ) -> ConsumeMessageDirectlyResult:
+        consumer = self.consumer
+        mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
+        ctx = ConsumeConcurrentlyContext(mq)
+        consumer.reset_retry_topic([msg])
+        # Java runs no consume hooks on this debugging path.
+        outcome, _ = await consumer.invoker.invoke(mq, [msg], ctx, hooks=False)
+        remark = None
+        if outcome.exception is not None:
+            result = "CR_THROW_EXCEPTION"
+            remark = f"{type(outcome.exception).__name__}: {outcome.exception}"
+        else:
+            status = normalize_status(outcome.status)
+            if status is ConsumeStatus.CONSUME_SUCCESS:
+                result = "CR_SUCCESS"
+            elif status is ConsumeStatus.RECONSUME_LATER:
+                result = "CR_LATER"
+            else:
+                result = "CR_RETURN_NULL"
+        return ConsumeMessageDirectlyResult(
+            order=False,
+            auto_commit=True,
+            consume_result=result,
+            remark=remark,
+            spent_time_mills=int(outcome.duration_ms),
+        )

@@ -1,0 +1,294 @@
+"""The ``orderly`` consume service (Java's ConsumeMessageOrderlyService).
+
+In clustering mode a queue is consumed only while this client holds its lock on
+the broker (taken before the queue is, renewed every 20 s, treated as lost
+locally after 30 s). One drainer per queue takes batches in offset order; a
+failed batch goes back to the head of the queue and is retried first, so a
+later message is never consumed before an earlier one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rmqk.engine.listener import ConsumeOrderlyContext
+from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS, ProcessQueue
+from rmqk.message import MessageExt
+from rmqk.model import ConsumeOrderlyStatus, MessageModel, MessageQueue
+from rmqk.transport import ConsumeMessageDirectlyResult
+
+if TYPE_CHECKING:
+    from rmqk.engine.consumer import AsyncPushConsumer
+
+__all__ = ["OrderlyConsumeService", "normalize_orderly_status"]
+
+log = logging.getLogger("rmqk.plugins.consume.orderly")
+
+# rocketmq.client.maxTimeConsumeContinuously: a queue yields its drainer after this.
+MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60_000
+
+
+def normalize_orderly_status(value: Any) -> ConsumeOrderlyStatus | None:
+    if value is None or value is True:
+        return ConsumeOrderlyStatus.SUCCESS
+    if isinstance(value, ConsumeOrderlyStatus):
+        return value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return ConsumeOrderlyStatus(value)
+    if value is False:
+        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+    return None
+
+
+class OrderlyConsumeService:
+    orderly = True
+
+    def __init__(self, consumer: AsyncPushConsumer) -> None:
+        self.consumer = consumer
+        self._stopped = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}
+        self._lock_renewer: asyncio.Task[None] | None = None
+        self.max_time_consume_continuously_ms = MAX_TIME_CONSUME_CONTINUOUSLY_MS
+
+    @property
+    def clustering(self) -> bool:
+        return self.consumer.message_model is MessageModel.CLUSTERING
+
+    async def start(self) -> None:
+        if self.clustering:
+            self._lock_renewer = asyncio.get_running_loop().create_task(self._renew_locks())
+
+    async def _renew_locks(self) -> None:
+        await asyncio.sleep(1.0)
+        while True:
+            try:
+                await self.consumer.rebalance.lock_all()
+            except Exception:
+                log.exception("lockAll failed")
+            await asyncio.sleep(REBALANCE_LOCK_INTERVAL_MS / 1000)
+
+    async def shutdown(self, await_termination_ms: int) -> None:
+        self._stopped = True
+        if self._lock_renewer is not None:
+            self._lock_renewer.cancel()
+        if await_termination_ms > 0 and self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=await_termination_ms / 1000)
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.clustering:
+            # Synchronous unlock, so the next owner does not wait for the lock to expire.
+            await self.consumer.rebalance.unlock_all(False)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def submit(
+        self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, dispatch_to_consume: bool
+    ) -> None:
+        if dispatch_to_consume and not self._stopped:
+            self._spawn(self._drain(pq, mq))
+
+    def _submit_later(self, pq: ProcessQueue, mq: MessageQueue, delay_ms: int) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay_ms / 1000)
+            if not self._stopped:
+                await self._drain(pq, mq)
+
+        self._spawn(later())
+
+    def _try_lock_later_and_reconsume(
+        self, pq: ProcessQueue, mq: MessageQueue, delay_ms: int
+    ) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay_ms / 1000)
+            if self._stopped:
+                return
+            locked = await self.consumer.rebalance.lock(mq)
+            self._submit_later(pq, mq, 10 if locked else 3000)
+
+        self._spawn(later())
+
+    def _suspend_ms(self, ctx: ConsumeOrderlyContext) -> int:
+        value = ctx.suspend_current_queue_time_millis
+        if value < 0:
+            value = self.consumer.options.suspend_current_queue_time_millis
+        return min(max(value, 10), 30_000)
+
+    async def _drain(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+        if pq.dropped:
+            return
+        mq_lock = self._mq_locks.setdefault(mq, asyncio.Lock())
+        async with mq_lock:
+            if pq.dropped:
+                return
+            clustering = self.clustering
+            if clustering and not (pq.locked and not pq.is_lock_expired()):
+                self._try_lock_later_and_reconsume(pq, mq, 100)
+                return
+            if pq.consume_lock is None:
+                pq.consume_lock = asyncio.Lock()
+            consumer = self.consumer
+            batch = consumer.options.consume_message_batch_max_size
+            begin = time.monotonic()
+            while not self._stopped:
+                if pq.dropped:
+                    break
+                if clustering and (not pq.locked or pq.is_lock_expired()):
+                    self._try_lock_later_and_reconsume(pq, mq, 10)
+                    break
+                if (time.monotonic() - begin) * 1000 > self.max_time_consume_continuously_ms:
+                    self._submit_later(pq, mq, 10)
+                    break
+                msgs = pq.take_messages(batch)
+                if not msgs:
+                    break  # take_messages cleared pq.consuming
+                consumer.reset_retry_topic(msgs)
+                ctx = ConsumeOrderlyContext(mq)
+                async with pq.consume_lock:
+                    if pq.dropped:
+                        log.warning(
+                            "the message queue not be able to consume, because it's dropped. %s", mq
+                        )
+                        break
+                    outcome, hook_ctx = await consumer.invoker.invoke(mq, msgs, ctx)
+                status = (
+                    None
+                    if outcome.exception is not None
+                    else normalize_orderly_status(outcome.status)
+                )
+                if outcome.exception is not None:
+                    log.warning(
+                        "consumeMessage exception: %r Group: %s MQ: %s",
+                        outcome.exception,
+                        consumer.group,
+                        mq,
+                    )
+                elif status is None:
+                    log.warning(
+                        "listener of %s returned %r; treating it as SUSPEND",
+                        consumer.group,
+                        outcome.status,
+                    )
+                if status is None:
+                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                if hook_ctx is not None:
+                    hook_ctx.status = status.value
+                    hook_ctx.success = status in (
+                        ConsumeOrderlyStatus.SUCCESS,
+                        ConsumeOrderlyStatus.COMMIT,
+                    )
+                    hook_ctx.duration_ms = outcome.duration_ms
+                    hook_ctx.exception = outcome.exception
+                    await consumer.invoker.after(hook_ctx)
+                consumer.stats.consume_rt(mq.topic, outcome.duration_ms)
+                if not await self._process_result(msgs, status, ctx, pq, mq):
+                    break
+
+    async def _process_result(
+        self,
+        msgs: list[MessageExt],
+        status: ConsumeOrderlyStatus,
+        ctx: ConsumeOrderlyContext,
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> bool:
+        consumer = self.consumer
+        S = ConsumeOrderlyStatus
+        commit_offset = -1
+        keep_going = True
+        if ctx.auto_commit:
+            if status in (S.SUCCESS, S.COMMIT, S.ROLLBACK):
+                if status is S.ROLLBACK:
+                    log.warning(
+                        "the message queue consume result is illegal, we think you want to "
+                        "ack these message %s",
+                        mq,
+                    )
+                commit_offset = pq.commit()
+                consumer.stats.consume_ok(mq.topic, len(msgs))
+            else:
+                consumer.stats.consume_failed(mq.topic, len(msgs))
+                if await self._check_reconsume_times(msgs):
+                    pq.make_messages_to_consume_again(msgs)
+                    self._submit_later(pq, mq, self._suspend_ms(ctx))
+                    keep_going = False
+                else:
+                    commit_offset = pq.commit()
+        else:
+            if status is S.SUCCESS:
+                consumer.stats.consume_ok(mq.topic, len(msgs))
+            elif status is S.COMMIT:
+                commit_offset = pq.commit()
+            elif status is S.ROLLBACK:
+                pq.rollback()
+                self._submit_later(pq, mq, self._suspend_ms(ctx))
+                keep_going = False
+            else:
+                consumer.stats.consume_failed(mq.topic, len(msgs))
+                if await self._check_reconsume_times(msgs):
+                    pq.make_messages_to_consume_again(msgs)
+                    self._submit_later(pq, mq, self._suspend_ms(ctx))
+                    keep_going = False
+        if commit_offset >= 0 and not pq.dropped:
+            consumer.offset_store.update_offset(mq, commit_offset, False)
+        return keep_going
+
+    async def _check_reconsume_times(self, msgs: list[MessageExt]) -> bool:
+        """True when the batch must be retried locally; past the maximum, DLQ instead."""
+        consumer = self.consumer
+        limit = consumer.max_reconsume_times()
+        suspend = False
+        for msg in msgs:
+            if msg.reconsume_times >= limit:
+                try:
+                    # The broker routes it to %DLQ% since reconsume times reached the maximum.
+                    await consumer.send_message_back(msg, -1, msg.broker_name or None)
+                except Exception:
+                    log.exception("orderly send back of %s failed; suspending", msg)
+                    suspend = True
+                    msg.reconsume_times += 1
+            else:
+                suspend = True
+                msg.reconsume_times += 1
+        return suspend
+
+    async def consume_message_directly(
+        self, msg: MessageExt, broker_name: str | None
+    ) -> ConsumeMessageDirectlyResult:
+        consumer = self.consumer
+        mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
+        consumer.reset_retry_topic([msg])
+        outcome, _ = await consumer.invoker.invoke(
+            mq, [msg], ConsumeOrderlyContext(mq), hooks=False
+        )
+        remark = None
+        if outcome.exception is not None:
+            result = "CR_THROW_EXCEPTION"
+            remark = f"{type(outcome.exception).__name__}: {outcome.exception}"
+        else:
+            status = normalize_orderly_status(outcome.status)
+            result = {
+                ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS",
+                ConsumeOrderlyStatus.COMMIT: "CR_COMMIT",
+                ConsumeOrderlyStatus.ROLLBACK: "CR_ROLLBACK",
+                ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER",
+                None: "CR_RETURN_NULL",
+            }[status]
+        return ConsumeMessageDirectlyResult(
+            order=True,
+            auto_commit=True,
+            consume_result=result,
+            remark=remark,
+            spent_time_mills=int(outcome.duration_ms),
+        )

@@ -1,0 +1,80 @@
+"""The ``python`` sink: call a user function ``module:function`` with each batch.
+
+The function receives ``(queue, messages)`` and may be ``async def``; returning
+normally acknowledges the batch, raising retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue
+
+__all__ = ["PythonSink", "resolve_callable"]
+
+
+def resolve_callable(spec: str) -> Callable[..., Any]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"expected 'module:function', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import module {module_name!r}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(target):
+        raise ValueError(f"{spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+class PythonSink:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        unknown = [k for k in options if k != "function"]
+        problems = [
+            ConfigProblem("<sink_options>", "python", k, "unknown key; allowed keys: function")
+            for k in unknown
+        ]
+        spec = options.get("function")
+        fn: Callable[..., Any] | None = None
+        if not isinstance(spec, str):
+            problems.append(
+                ConfigProblem(
+                    "<sink_options>",
+                    "python",
+                    "function",
+                    "required: a 'module:function' to call with (queue, messages)",
+                )
+            )
+        else:
+            try:
+                fn = resolve_callable(spec)
+            except ValueError as exc:
+                problems.append(ConfigProblem("<sink_options>", "python", "function", str(exc)))
+        if problems:
+            raise ConfigError(problems)
+        assert fn is not None
+        self.function = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    async def start(self) -> None:
+        return None
+
+    async def write(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
+        if self.is_async:
+            await self.function(queue, list(messages))
+        else:
+            await asyncio.to_thread(self.function, queue, list(messages))
+
+    async def close(self) -> None:
+        return None

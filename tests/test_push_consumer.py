@@ -1,0 +1,265 @@
+"""The push consumer end to end, over real TCP against the embedded broker.
+
+Each test checks message counts: produced = consumed, with duplicates only where
+at-least-once allows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_support import (
+    FAST_DELAY_LEVELS,
+    committed_offsets,
+    create_topic,
+    held_queues,
+    max_offsets,
+    produce,
+    wait_for,
+)
+
+from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.errors import ClientError, ConfigError
+from rmqk.message import MessageExt
+from rmqk.model import ConsumeStatus, MessageQueue
+from rmqk.plugins.broker import EmbeddedBroker
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> Any:
+    async with EmbeddedBroker(
+        tmp_path / "broker", namesrv_port=0, broker_port=0, delay_levels=FAST_DELAY_LEVELS
+    ) as b:
+        yield b
+
+
+def consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:
+    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    return AsyncPushConsumer(group, namesrv_addr=broker.namesrv_addr, **options)
+
+
+async def test_consumes_everything_once_and_commits_the_end(broker: Any) -> None:
+    await create_topic(broker, "Orders", 4)
+    total = 20_000
+    await produce(
+        broker.namesrv_addr, "Orders", (f"order-{i}".encode() for i in range(total)), batch=200
+    )
+    seen: Counter[bytes] = Counter()
+
+    c = consumer(broker, "g-all", consume_message_batch_max_size=32)
+    c.subscribe("Orders", "*")
+
+    @c.register_listener
+    def handle(messages: list[MessageExt]) -> None:
+        for m in messages:
+            seen[m.body] += 1
+
+    await c.start()
+    try:
+        await wait_for(lambda: len(seen) >= total, 60, f"{total} messages")
+        await asyncio.sleep(0.5)
+    finally:
+        await c.shutdown()
+    assert len(seen) == total
+    dups = {body: n for body, n in seen.items() if n > 1}
+    assert dups == {}, f"{len(dups)} messages delivered twice in a steady state"
+    # shutdown persisted the offsets: the group's committed offset is the end of each queue
+    committed = await committed_offsets(
+        broker.namesrv_addr, broker.broker_addr, "g-all", "Orders", 4
+    )
+    assert committed == await max_offsets(broker.namesrv_addr, broker.broker_addr, "Orders", 4)
+
+
+async def test_restart_resumes_from_committed_offsets(broker: Any) -> None:
+    await create_topic(broker, "Resume", 4)
+    await produce(broker.namesrv_addr, "Resume", (f"a{i}".encode() for i in range(400)))
+    first: list[bytes] = []
+    c1 = consumer(broker, "g-resume")
+    c1.subscribe("Resume")
+    c1.register_listener(lambda msgs: first.extend(m.body for m in msgs))
+    await c1.start()
+    await wait_for(lambda: len(set(first)) >= 400, 30, "first 400")
+    await c1.shutdown()
+
+    await produce(broker.namesrv_addr, "Resume", (f"b{i}".encode() for i in range(300)))
+    second: list[bytes] = []
+    c2 = consumer(broker, "g-resume")
+    c2.subscribe("Resume")
+    c2.register_listener(lambda msgs: second.extend(m.body for m in msgs))
+    await c2.start()
+    try:
+        await wait_for(lambda: len(set(second)) >= 300, 30, "300 new messages")
+        await asyncio.sleep(0.5)
+    finally:
+        await c2.shutdown()
+    assert sorted(second) == sorted(f"b{i}".encode() for i in range(300))
+
+
+async def test_consume_from_last_offset_skips_history(broker: Any) -> None:
+    await create_topic(broker, "Last", 2)
+    await produce(broker.namesrv_addr, "Last", (b"old" for _ in range(50)))
+    got: list[bytes] = []
+    c = consumer(broker, "g-last", consume_from_where="CONSUME_FROM_LAST_OFFSET")
+    c.subscribe("Last")
+    c.register_listener(lambda msgs: got.extend(m.body for m in msgs))
+    await c.start()
+    try:
+        await wait_for(lambda: len(held_queues(c, "Last")) == 2, 15, "queues assigned")
+        await asyncio.sleep(0.3)
+        await produce(broker.namesrv_addr, "Last", (f"new{i}".encode() for i in range(20)))
+        await wait_for(lambda: len(got) >= 20, 15, "new messages")
+        await asyncio.sleep(0.3)
+    finally:
+        await c.shutdown()
+    assert sorted(got) == sorted(f"new{i}".encode() for i in range(20))
+
+
+async def test_consume_from_timestamp(broker: Any) -> None:
+    await create_topic(broker, "Stamp", 2)
+    await produce(broker.namesrv_addr, "Stamp", (b"before" for _ in range(30)))
+    await asyncio.sleep(1.2)
+    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(time.time() + 1))
+    await asyncio.sleep(2.2)
+    await produce(broker.namesrv_addr, "Stamp", (f"after{i}".encode() for i in range(30)))
+    got: list[bytes] = []
+    c = consumer(
+        broker, "g-stamp", consume_from_where="CONSUME_FROM_TIMESTAMP", consume_timestamp=stamp
+    )
+    c.subscribe("Stamp")
+    c.register_listener(lambda msgs: got.extend(m.body for m in msgs))
+    await c.start()
+    try:
+        await wait_for(lambda: len(got) >= 30, 20, "messages after the timestamp")
+        await asyncio.sleep(0.3)
+    finally:
+        await c.shutdown()
+    assert sorted(got) == sorted(f"after{i}".encode() for i in range(30))
+
+
+async def test_group_members_split_queues_like_avg_and_converge_on_leave(broker: Any) -> None:
+    await create_topic(broker, "Split", 8)
+    members = [consumer(broker, "g-split") for _ in range(3)]
+    for m in members:
+        m.subscribe("Split")
+        m.register_listener(lambda msgs: None)
+        await m.start()
+    all_queues = {MessageQueue("Split", broker.broker_name, i) for i in range(8)}
+
+    def split_ok(group: list[AsyncPushConsumer], sizes: list[int]) -> bool:
+        held = [held_queues(m, "Split") for m in group]
+        union = set().union(*held)
+        disjoint = sum(len(h) for h in held) == len(union)
+        return union == all_queues and disjoint and sorted(len(h) for h in held) == sizes
+
+    try:
+        await wait_for(lambda: split_ok(members, [2, 3, 3]), 20, "3 members to split 8 queues")
+        # AVG: the first two client ids (sorted) take 3 queues each, contiguous blocks
+        ordered = sorted(members, key=lambda m: m.client_id)
+        assert [sorted(q.queue_id for q in held_queues(m, "Split")) for m in ordered] == [
+            [0, 1, 2],
+            [3, 4, 5],
+            [6, 7],
+        ]
+        leaving = members.pop()
+        started = time.monotonic()
+        await leaving.shutdown()
+        await wait_for(lambda: split_ok(members, [4, 4]), 10, "2 members to take over")
+        converge = time.monotonic() - started
+        assert converge < 10
+    finally:
+        for m in members:
+            await m.shutdown()
+
+
+async def test_failed_messages_retry_with_growing_reconsume_times_then_dlq(broker: Any) -> None:
+    await create_topic(broker, "Retry", 1)
+    await produce(broker.namesrv_addr, "Retry", [b"ok", b"raise", b"later"])
+    deliveries: list[tuple[bytes, int, str]] = []
+
+    c = consumer(broker, "g-retry", max_reconsume_times=2)
+    c.subscribe("Retry")
+
+    @c.register_listener
+    def handle(messages: list[MessageExt]) -> ConsumeStatus:
+        for m in messages:
+            deliveries.append((m.body, m.reconsume_times, m.topic))
+        body = messages[0].body
+        if body == b"raise":
+            raise RuntimeError("listener failure")
+        if body == b"later":
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    await c.start()
+    try:
+        await wait_for(
+            lambda: sum(1 for d in deliveries if d[0] != b"ok") >= 6,
+            30,
+            "3 deliveries of each failure",
+        )
+        await asyncio.sleep(1.0)  # nothing more may arrive: the next step is the DLQ
+    finally:
+        await c.shutdown()
+    for body in (b"raise", b"later"):
+        seen = [(times, topic) for b, times, topic in deliveries if b == body]
+        assert seen == [(0, "Retry"), (1, "Retry"), (2, "Retry")], body
+    assert [d for d in deliveries if d[0] == b"ok"] == [(b"ok", 0, "Retry")]
+    dlq = await max_offsets(broker.namesrv_addr, broker.broker_addr, "%DLQ%g-retry", 1)
+    assert dlq == {0: 2}
+
+
+async def test_slow_listener_keeps_process_queue_within_thresholds(broker: Any) -> None:
+    await create_topic(broker, "Slow", 1)
+    await produce(broker.namesrv_addr, "Slow", (b"x" * 100 for _ in range(3000)), batch=250)
+    threshold, batch = 100, 16
+    consumed = 0
+
+    c = consumer(
+        broker,
+        "g-slow",
+        pull_threshold_for_queue=threshold,
+        pull_batch_size=batch,
+        consume_thread_min=2,
+        consume_thread_max=2,
+    )
+    c.subscribe("Slow")
+
+    @c.register_listener
+    async def handle(messages: list[MessageExt]) -> None:
+        nonlocal consumed
+        await asyncio.sleep(0.002)
+        consumed += len(messages)
+
+    peak = 0
+    await c.start()
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and consumed < 3000:
+            for pq in c.rebalance.process_queue_table.values():
+                peak = max(peak, pq.msg_count)
+            await asyncio.sleep(0.01)
+    finally:
+        await c.shutdown()
+    assert consumed > 0
+    # The count is checked before each pull, so one pull batch may land on top of it.
+    assert threshold < peak <= threshold + batch, peak
+
+
+async def test_start_validation(broker: Any) -> None:
+    with pytest.raises(ConfigError, match="pull_batch_size"):
+        AsyncPushConsumer("g", namesrv_addr=broker.namesrv_addr, pull_batch_size=5000)
+    with pytest.raises(ConfigError, match="group"):
+        AsyncPushConsumer("bad group!", namesrv_addr=broker.namesrv_addr)
+    c = consumer(broker, "g-nolistener")
+    c.subscribe("T")
+    with pytest.raises(ClientError, match="messageListener is null"):
+        await c.start()
+    with pytest.raises(ClientError, match="maybe started once"):
+        await c.start()
