@@ -1,0 +1,55 @@
+"""Entry-point loading and the RMQK_* environment variables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from rmqk.errors import PluginError
+from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> Iterator[None]:
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()
+
+
+def loaded() -> set[str]:
+    return {name for name, plugin in get_plugin_manager().list_name_plugin() if plugin is not None}
+
+
+def test_default_plugins_load_through_entry_points() -> None:
+    names = loaded()
+    assert {"allocation", "remoting", "broker", "consume", "offsets", "sinks", "filters"} <= names
+    regs = registries()
+    assert "AVG" in regs.allocation_strategies
+    assert "tcp" in regs.transports
+    assert {"remote-broker", "local-file"} <= set(regs.offset_stores.names())
+
+
+def test_disable_autoload_loads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RMQK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert loaded() == set()
+    with pytest.raises(PluginError, match=r"unknown allocation strategy 'AVG'; registered: \(none"):
+        registries().allocation_strategies.get("AVG")
+
+
+def test_load_plugins_selects_by_entry_point_or_distribution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RMQK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("RMQK_LOAD_PLUGINS", "allocation, offsets")
+    assert loaded() == {"allocation", "offsets"}
+    reset_plugin_manager()
+    monkeypatch.setenv("RMQK_LOAD_PLUGINS", "rocketmq-kernel")
+    assert {"allocation", "remoting", "broker"} <= loaded()
+
+
+def test_disabled_plugins_are_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RMQK_DISABLED_PLUGINS", "allocation,filters")
+    names = loaded()
+    assert "allocation" not in names and "filters" not in names and "remoting" in names
+    assert "AVG" not in registries().allocation_strategies
