@@ -1,0 +1,620 @@
+"""Stored message records (commit log and PULL_MESSAGE bodies) and batch send bodies.
+
+A stored record, big-endian, as the 4.9 broker writes it to its commit log and
+serves it in pull responses (MessageDecoder / CommitLog.MessageExtEncoder)::
+
+    off  field
+      0  TOTALSIZE            i32   the record's length, itself included
+      4  MAGICCODE            i32   V1 (1-byte topic length) or V2 (2-byte, 5.x)
+      8  BODYCRC              i32   zlib.crc32(stored body) & 0x7FFFFFFF
+     12  QUEUEID              i32
+     16  FLAG                 i32   the producer's flag
+     20  QUEUEOFFSET          i64   consume-queue offset
+     28  PHYSICALOFFSET       i64   commit-log offset
+     36  SYSFLAG              i32   MessageSysFlag
+     40  BORNTIMESTAMP        i64
+     48  BORNHOST             ip(4|16) + port:i32   16-byte ip if SYSFLAG & 0x10
+      .  STORETIMESTAMP       i64
+      .  STOREHOST            ip(4|16) + port:i32   16-byte ip if SYSFLAG & 0x20
+      .  RECONSUMETIMES       i32
+      .  PREPARED_TX_OFFSET   i64
+      .  BODY                 i32 length + bytes (zlib-deflated if SYSFLAG & 0x1)
+      .  TOPIC                u8 (V1) or i16 (V2) length + UTF-8
+      .  PROPERTIES           i16 length + UTF-8 ``k\\x01v\\x02k\\x01v``
+
+The fixed prefix up to and including the body length is 88 bytes with IPv4 hosts;
+each IPv6 host adds 12.
+
+Decoding is the consumer's hot path: one precompiled Struct reads the prefix,
+hosts are formatted once per distinct address, and properties stay raw text that
+:class:`~rmqk.message.MessageExt` parses on first use.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import importlib
+import ipaddress
+import socket
+import struct
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from rmqk.errors import FrameError
+from rmqk.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Message, MessageExt
+from rmqk.uniq_id import create_uniq_id, uniq_id_timestamp
+
+__all__ = [
+    "BODY_CRC_OFFSET",
+    "BORN_HOST_OFFSET",
+    "BORN_TIMESTAMP_OFFSET",
+    "COMMIT_LOG_OFFSET_OFFSET",
+    "FLAG_OFFSET",
+    "MAGIC_CODE_OFFSET",
+    "MAGIC_CODE_V1",
+    "MAGIC_CODE_V2",
+    "QUEUE_ID_OFFSET",
+    "QUEUE_OFFSET_OFFSET",
+    "SYS_FLAG_OFFSET",
+    "TOTAL_SIZE_OFFSET",
+    "ZLIB_COMPRESSED_SYS_FLAG",
+    "BatchEntry",
+    "MessageSysFlag",
+    "body_crc",
+    "create_uniq_id",
+    "decode_batch",
+    "decode_message",
+    "decode_messages",
+    "encode_batch",
+    "encode_stored_message",
+    "java_properties_string",
+    "maybe_compress",
+    "patch_stored_message",
+    "prefix_size",
+    "reconsume_times_offset",
+    "record_total_size",
+    "store_host_offset",
+    "store_timestamp_offset",
+    "uniq_id_timestamp",
+]
+
+MAGIC_CODE_V1 = -626843481  # 0xDAA320A7
+MAGIC_CODE_V2 = -626843477  # 0xDAA320AB
+
+TOTAL_SIZE_OFFSET = 0
+MAGIC_CODE_OFFSET = 4
+BODY_CRC_OFFSET = 8
+QUEUE_ID_OFFSET = 12
+FLAG_OFFSET = 16
+QUEUE_OFFSET_OFFSET = 20
+COMMIT_LOG_OFFSET_OFFSET = 28
+SYS_FLAG_OFFSET = 36
+BORN_TIMESTAMP_OFFSET = 40
+BORN_HOST_OFFSET = 48
+
+
+class MessageSysFlag(enum.IntFlag):
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    TRANSACTION_ROLLBACK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+    COMPRESSION_LZ4 = 0x100
+    COMPRESSION_ZSTD = 0x200
+    COMPRESSION_ZLIB = 0x300
+    COMPRESSION_TYPE_MASK = 0x700
+
+
+# What a 4.9.8 producer sets on a body it compressed (COMPRESSED | ZLIB type).
+ZLIB_COMPRESSED_SYS_FLAG = 0x301
+_V6_FLAGS = 0x30
+_BORN_V6 = 0x10
+_STORE_V6 = 0x20
+_PROPERTIES_MAX = 0x7FFF
+
+# The prefix through the body length, with each host as raw ip+port bytes: a
+# comparison with the previous record's, or one dict lookup, gives its text.
+_PREFIXES = tuple(
+    struct.Struct(f">iiiiiqqiq{born}sq{store}siqi")
+    for born, store in ((8, 8), (20, 8), (8, 20), (20, 20))
+)
+_PREFIX_V4 = _PREFIXES[0]
+_MIN_RECORD = _PREFIX_V4.size + 1 + 2  # empty topic and properties
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, body length
+
+
+def prefix_size(sys_flag: int) -> int:
+    """Bytes of the fixed prefix, body length included: 88, 100 or 112."""
+    return _PREFIXES[(sys_flag & _V6_FLAGS) >> 4].size
+
+
+def store_timestamp_offset(sys_flag: int) -> int:
+    return BORN_HOST_OFFSET + (20 if sys_flag & _BORN_V6 else 8)
+
+
+def store_host_offset(sys_flag: int) -> int:
+    return store_timestamp_offset(sys_flag) + 8
+
+
+def reconsume_times_offset(sys_flag: int) -> int:
+    return store_host_offset(sys_flag) + (20 if sys_flag & _STORE_V6 else 8)
+
+
+def body_crc(body: bytes) -> int:
+    """BODYCRC as the broker computes it (UtilAll.crc32: a non-negative int32)."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ----------------------------------------------------------------------------- hosts
+
+_host_texts: dict[bytes, str] = {}
+
+
+class _BadHost(Exception):
+    pass
+
+
+def _host_text(raw: bytes) -> str:
+    text = _host_texts.get(raw)
+    if text is None:
+        port = int.from_bytes(raw[-4:], "big", signed=True)
+        if not 0 <= port <= 0xFFFF:
+            # Java's InetSocketAddress refuses it, and so fails the whole record.
+            raise _BadHost(f"host port {port} is outside 0..65535")
+        if len(raw) == 8:
+            text = f"{socket.inet_ntoa(raw[:4])}:{port}"
+        else:
+            text = f"[{ipaddress.IPv6Address(raw[:16])}]:{port}"
+        if len(_host_texts) >= 4096:  # a bound, not an LRU: distinct hosts are few
+            _host_texts.clear()
+        _host_texts[raw] = text
+    return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_bytes(host: str) -> bytes:
+    ip, sep, port_text = host.rpartition(":")
+    try:
+        if not sep:
+            raise ValueError("no port")
+        port = int(port_text)
+        if not 0 <= port <= 0xFFFF:
+            raise ValueError(f"port {port} out of range")
+        if ip.startswith("[") and ip.endswith("]"):
+            packed = ipaddress.IPv6Address(ip[1:-1]).packed
+        else:
+            packed = ipaddress.ip_address(ip).packed
+    except ValueError as exc:
+        raise ValueError(f"host {host!r} is not 'ip:port' or '[ipv6]:port': {exc}") from None
+    return packed + _I32.pack(port)
+
+
+# ----------------------------------------------------------------------------- compression
+
+
+def _optional_module(name: str, package: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise ValueError(
+            f"body is {package.upper()}-compressed; install the optional {package!r} "
+            "package to read it"
+        ) from None
+
+
+def _inflate(body: bytes, sys_flag: int) -> bytes:
+    kind = (sys_flag & MessageSysFlag.COMPRESSION_TYPE_MASK) >> 8
+    try:
+        if kind in (0, 3):  # 0: producers older than the compression-type bits
+            return zlib.decompress(body)
+        # Java's LZ4 codec writes LZ4 frames and its ZSTD codec standard zstd frames.
+        if kind == 1:
+            return bytes(_optional_module("lz4.frame", "lz4").decompress(body))
+        if kind == 2:
+            zstd = _optional_module("zstandard", "zstandard")
+            return bytes(zstd.ZstdDecompressor().decompressobj().decompress(body))
+    except zlib.error as exc:
+        raise ValueError(f"zlib body does not inflate: {exc}") from None
+    except ValueError:
+        raise
+    except Exception as exc:  # the optional codecs raise their own error types
+        raise ValueError(f"compressed body (type {kind}) does not decompress: {exc}") from None
+    raise ValueError(f"unknown compression type {kind} in sysFlag 0x{sys_flag & 0xFFFFFFFF:X}")
+
+
+def maybe_compress(body: bytes, threshold: int = 4096) -> tuple[bytes, bool]:
+    """Deflate a body of at least ``threshold`` bytes as the Java producer does (level 5).
+
+    When the second item is True the sender must OR :data:`ZLIB_COMPRESSED_SYS_FLAG`
+    into the message's sysFlag. Like Java, the compressed body is used even when it
+    is not smaller.
+    """
+    if len(body) >= threshold:
+        return zlib.compress(body, 5), True
+    return body, False
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+def _record_error(index: int, offset: int, message: str) -> FrameError:
+    return FrameError(f"malformed message record #{index} at body offset {offset}: {message}")
+
+
+def _decode_records(
+    buf: bytes, off: int, end: int, broker_name: str, decompress: bool, origin: int = 0
+) -> list[MessageExt]:
+    """Decode the records in ``buf[off:end]``; the one decoder behind both APIs.
+
+    ``origin`` is added to offsets in error messages when ``buf`` is a copied part.
+
+    Everything is inlined in one loop, checks are folded so that a record is
+    validated with few comparisons (a non-negative properties length that ends
+    exactly at TOTALSIZE bounds the topic and body too), and the MessageExt slots
+    are filled directly: the keyword constructor alone would cost more than the
+    rest of the decode. tests/test_message_codec.py checks the result against the
+    public constructor.
+    """
+    out: list[MessageExt] = []
+    append = out.append
+    new = object.__new__
+    ext = MessageExt
+    unpack_v4 = _PREFIX_V4.unpack_from
+    unpack_i16 = _I16.unpack_from
+    hosts = _host_texts
+    v1 = MAGIC_CODE_V1
+    minimum = _MIN_RECORD
+    prefix_v4_size = _PREFIX_V4.size
+    # Records of one pull share their topic and store host and mostly their born
+    # host: remembering the last ones skips most decoding and formatting.
+    last_topic_raw = last_born_raw = last_store_raw = b""
+    last_topic = last_born = last_store = ""
+    try:
+        while off < end:
+            vals = unpack_v4(buf, off)
+            total = vals[0]
+            stop = off + total
+            if total < minimum or stop > end:
+                raise _record_error(
+                    len(out),
+                    origin + off,
+                    f"TOTALSIZE {total} does not fit the {end - off} bytes left",
+                )
+            sys_flag = vals[7]
+            pos = off + prefix_v4_size
+            if sys_flag & 0x30:
+                prefix = _PREFIXES[(sys_flag & 0x30) >> 4]
+                vals = prefix.unpack_from(buf, off)
+                pos = off + prefix.size
+            (
+                _,
+                magic,
+                crc,
+                queue_id,
+                flag,
+                queue_offset,
+                commit_log_offset,
+                _,
+                born_timestamp,
+                born_raw,
+                store_timestamp,
+                store_raw,
+                reconsume_times,
+                prepared_offset,
+                body_len,
+            ) = vals
+            if body_len < 0:
+                raise _record_error(len(out), origin + off, f"body length {body_len} is negative")
+            body = buf[pos : pos + body_len]
+            pos += body_len
+            if magic == v1:
+                topic_len = buf[pos]
+                if topic_len > 127:  # Java reads a signed byte
+                    raise _record_error(
+                        len(out), origin + off, f"V1 topic length {topic_len - 256} is negative"
+                    )
+                pos += 1
+            elif magic == MAGIC_CODE_V2:
+                topic_len = unpack_i16(buf, pos)[0]
+                pos += 2
+            else:
+                raise _record_error(
+                    len(out), origin + off, f"unknown magic code 0x{magic & 0xFFFFFFFF:08X}"
+                )
+            # A pull body is usually one topic: reuse its text instead of decoding again.
+            topic_raw = buf[pos : pos + topic_len]
+            if topic_raw != last_topic_raw:
+                last_topic_raw = topic_raw
+                last_topic = topic_raw.decode("utf-8", "replace")
+            pos += topic_len
+            props_len = unpack_i16(buf, pos)[0]
+            pos += 2
+            if props_len < 0 or topic_len < 0 or pos + props_len != stop:
+                raise _record_error(
+                    len(out),
+                    origin + off,
+                    f"body length {body_len}, topic length {topic_len} and properties length "
+                    f"{props_len} end the record at {pos + props_len - off}, "
+                    f"but TOTALSIZE is {total}",
+                )
+            if sys_flag & 0x1 and decompress:
+                try:
+                    body = _inflate(body, sys_flag)
+                except ValueError as exc:
+                    raise _record_error(len(out), origin + off, str(exc)) from None
+            m = new(ext)
+            m.store_size = total
+            m.body_crc = crc
+            m.queue_id = queue_id
+            m.flag = flag
+            m.queue_offset = queue_offset
+            m.commit_log_offset = commit_log_offset
+            m.sys_flag = sys_flag
+            m.born_timestamp = born_timestamp
+            if born_raw != last_born_raw:
+                last_born_raw = born_raw
+                last_born = hosts.get(born_raw) or _host_text(born_raw)
+            m.born_host = last_born
+            m.store_timestamp = store_timestamp
+            if store_raw != last_store_raw:
+                last_store_raw = store_raw
+                last_store = hosts.get(store_raw) or _host_text(store_raw)
+            m.store_host = last_store
+            m.reconsume_times = reconsume_times
+            m.prepared_transaction_offset = prepared_offset
+            m.body = body
+            m.topic = last_topic
+            m.broker_name = broker_name
+            m._props_raw = buf[pos:stop].decode("utf-8", "replace") if props_len else ""
+            m._props = None
+            append(m)
+            off = stop
+    except _BadHost as exc:
+        raise _record_error(len(out), origin + off, str(exc)) from None
+    except (struct.error, IndexError):
+        # A read past the end of the buffer: the record is cut short.
+        raise _record_error(
+            len(out),
+            origin + off,
+            f"record truncated or a length runs past the end: {end - off} bytes left",
+        ) from None
+    return out
+
+
+def decode_message(
+    buf: bytes | bytearray | memoryview,
+    offset: int = 0,
+    broker_name: str = "",
+    *,
+    decompress: bool = True,
+) -> tuple[MessageExt, int]:
+    """Decode the record starting at ``offset``; returns it and the next record's offset.
+
+    Only this record is copied out of a bytearray or memoryview (a commit log
+    scanned record by record is never copied whole).
+    """
+    size = len(buf)
+    if not 0 <= offset <= size - 4:
+        raise _record_error(0, offset, f"no record there: the buffer has {size} bytes")
+    total = _I32.unpack_from(buf, offset)[0]
+    # Bounding the range by this record's TOTALSIZE makes the loop decode just it.
+    stop = offset + total if 0 < total <= size - offset else size
+    if isinstance(buf, bytes):
+        messages = _decode_records(buf, offset, stop, broker_name, decompress)
+    else:
+        with memoryview(buf) as view:
+            part = bytes(view[offset:stop])
+        messages = _decode_records(part, 0, len(part), broker_name, decompress, offset)
+    return messages[0], offset + messages[0].store_size
+
+
+def decode_messages(
+    body: bytes | bytearray | memoryview, broker_name: str = "", *, decompress: bool = True
+) -> list[MessageExt]:
+    """Every record of a PULL_MESSAGE body, in order, stepping by TOTALSIZE.
+
+    Bodies are inflated when the record's sysFlag says so (zlib always; LZ4 and
+    ZSTD when their optional packages are installed) unless ``decompress`` is
+    False. A malformed record raises :class:`~rmqk.errors.FrameError` naming the
+    record's index and offset.
+    """
+    data = body if isinstance(body, bytes) else bytes(body)
+    return _decode_records(data, 0, len(data), broker_name, decompress)
+
+
+def record_total_size(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
+    """TOTALSIZE of the record at ``offset`` (the step to the next record)."""
+    return int(_I32.unpack_from(buf, offset + TOTAL_SIZE_OFFSET)[0])
+
+
+# ----------------------------------------------------------------------------- encode
+
+
+def java_properties_string(properties: Mapping[str, str]) -> str:
+    """Properties text exactly as Java's messageProperties2String writes it.
+
+    No separator follows the last pair; pairs with an empty key or value are left
+    out because Java's parser would drop them anyway.
+    """
+    return PROPERTY_SEPARATOR.join(
+        f"{key}{NAME_VALUE_SEPARATOR}{value}" for key, value in properties.items() if key and value
+    )
+
+
+def encode_stored_message(
+    *,
+    topic: str,
+    body: bytes,
+    flag: int = 0,
+    queue_id: int = 0,
+    queue_offset: int = 0,
+    commit_log_offset: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: str = "127.0.0.1:0",
+    store_timestamp: int = 0,
+    store_host: str = "127.0.0.1:0",
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    properties_raw: str = "",
+    body_crc: int | None = None,
+    magic_code: int = MAGIC_CODE_V1,
+) -> bytes:
+    """One stored record, byte for byte what the Apache broker writes.
+
+    ``body`` is stored as given (a compressed body stays compressed, with its
+    sysFlag bits). The 0x10/0x20 sysFlag bits are set from the address family of
+    ``born_host`` and ``store_host`` so that the record always parses.
+    ``body_crc`` defaults to the broker's CRC of ``body``. Raises ValueError for
+    a topic over 127 bytes (V1) or properties over 32767 bytes, as the broker does.
+    """
+    born = _host_bytes(born_host)
+    store = _host_bytes(store_host)
+    sys_flag &= ~_V6_FLAGS
+    if len(born) == 20:
+        sys_flag |= _BORN_V6
+    if len(store) == 20:
+        sys_flag |= _STORE_V6
+    topic_bytes = topic.encode("utf-8")
+    if magic_code == MAGIC_CODE_V1:
+        if len(topic_bytes) > 127:
+            raise ValueError(f"topic of {len(topic_bytes)} bytes exceeds 127 (V1 record)")
+        topic_len = bytes((len(topic_bytes),))
+    elif magic_code == MAGIC_CODE_V2:
+        if len(topic_bytes) > 0x7FFF:
+            raise ValueError(f"topic of {len(topic_bytes)} bytes exceeds 32767 (V2 record)")
+        topic_len = _I16.pack(len(topic_bytes))
+    else:
+        raise ValueError(f"unknown magic code {magic_code}")
+    props = properties_raw.encode("utf-8")
+    if len(props) > _PROPERTIES_MAX:
+        raise ValueError(f"properties of {len(props)} bytes exceed {_PROPERTIES_MAX}")
+    prefix = _PREFIXES[sys_flag >> 4 & 3]
+    total = prefix.size + len(body) + len(topic_len) + len(topic_bytes) + 2 + len(props)
+    head = prefix.pack(
+        total,
+        magic_code,
+        (zlib.crc32(body) & 0x7FFFFFFF) if body_crc is None else body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        commit_log_offset,
+        sys_flag,
+        born_timestamp,
+        born,
+        store_timestamp,
+        store,
+        reconsume_times,
+        prepared_transaction_offset,
+        len(body),
+    )
+    return b"".join((head, body, topic_len, topic_bytes, _I16.pack(len(props)), props))
+
+
+def patch_stored_message(
+    buf: bytearray | memoryview,
+    offset: int = 0,
+    *,
+    queue_offset: int | None = None,
+    commit_log_offset: int | None = None,
+    store_timestamp: int | None = None,
+) -> None:
+    """Overwrite the fields the broker fixes only when it appends the record.
+
+    Java's CommitLog encodes a record once and patches these three in place under
+    its put lock; this does the same to an encoded record in ``buf``.
+    """
+    if queue_offset is not None:
+        _I64.pack_into(buf, offset + QUEUE_OFFSET_OFFSET, queue_offset)
+    if commit_log_offset is not None:
+        _I64.pack_into(buf, offset + COMMIT_LOG_OFFSET_OFFSET, commit_log_offset)
+    if store_timestamp is not None:
+        (sys_flag,) = _I32.unpack_from(buf, offset + SYS_FLAG_OFFSET)
+        _I64.pack_into(buf, offset + store_timestamp_offset(sys_flag), store_timestamp)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+class BatchEntry(NamedTuple):
+    """One message of a SEND_BATCH_MESSAGE body."""
+
+    flag: int
+    body: bytes
+    properties_raw: str
+
+
+def encode_batch(messages: Sequence[Message]) -> bytes:
+    """A SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages).
+
+    Per message: TOTALSIZE:i32, MAGICCODE:i32 = 0, BODYCRC:i32 = 0, FLAG:i32,
+    body length:i32 + body, properties length:i16 + properties. The topic travels
+    in the request header; the broker computes the CRCs.
+    """
+    parts: list[bytes] = []
+    for index, message in enumerate(messages):
+        props = java_properties_string(message.properties).encode("utf-8")
+        if len(props) > _PROPERTIES_MAX:
+            raise ValueError(
+                f"batch message #{index}: properties of {len(props)} bytes exceed {_PROPERTIES_MAX}"
+            )
+        body = message.body
+        total = _BATCH_HEAD.size + len(body) + 2 + len(props)
+        parts += (
+            _BATCH_HEAD.pack(total, 0, 0, message.flag, len(body)),
+            body,
+            _I16.pack(len(props)),
+            props,
+        )
+    return b"".join(parts)
+
+
+def decode_batch(body: bytes | bytearray | memoryview) -> list[BatchEntry]:
+    """The messages of a SEND_BATCH_MESSAGE body: (flag, body, properties text) each."""
+    data = body if isinstance(body, bytes) else bytes(body)
+    end = len(data)
+    out: list[BatchEntry] = []
+    off = 0
+    index = 0
+    minimum = _BATCH_HEAD.size + 2
+    while off < end:
+        if end - off < minimum:
+            raise FrameError(
+                f"malformed batch message #{index} at body offset {off}: only {end - off} "
+                f"bytes left, an entry has >= {minimum}"
+            )
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(data, off)
+        stop = off + total
+        if total < minimum or stop > end:
+            raise FrameError(
+                f"malformed batch message #{index} at body offset {off}: TOTALSIZE {total} "
+                f"does not fit the {end - off} bytes left"
+            )
+        pos = off + _BATCH_HEAD.size
+        if body_len < 0 or pos + body_len + 2 > stop:
+            raise FrameError(
+                f"malformed batch message #{index} at body offset {off}: body length "
+                f"{body_len} does not fit the entry of {total} bytes"
+            )
+        payload = data[pos : pos + body_len]
+        pos += body_len
+        (props_len,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if pos + props_len != stop:
+            raise FrameError(
+                f"malformed batch message #{index} at body offset {off}: properties length "
+                f"{props_len} ends the entry at {pos + props_len - off}, but TOTALSIZE is {total}"
+            )
+        out.append(BatchEntry(flag, payload, data[pos:stop].decode("utf-8", "replace")))
+        off = stop
+        index += 1
+    return out
