@@ -1,1 +1,31 @@
-"""rmqk.plugins.remoting (in progress)."""
+"""The ``tcp`` transport plugin: RocketMQ 4.9 remoting over asyncio TCP (and TLS).
+
+Registered through the ``remoting`` entry point of group ``rmqk``. The factory is
+``(config: TransportConfig, hook) -> TcpTransport`` where ``hook`` is the plugin
+manager's hook relay (``pm.hook``) used for the RPC hooks, or None.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rmqk.hookspecs import Register, hookimpl
+from rmqk.transport import TransportConfig
+
+if TYPE_CHECKING:
+    from rmqk.plugins.remoting.client import TcpTransport
+
+__all__ = ["create_tcp_transport", "rmqk_register_transports"]
+
+
+def create_tcp_transport(config: TransportConfig, hook: Any | None = None) -> TcpTransport:
+    """Build the ``tcp`` transport; connections open on first use."""
+    # Imported here so loading the plugin (for `rmqk plugins`, say) stays cheap.
+    from rmqk.plugins.remoting.client import TcpTransport
+
+    return TcpTransport(config, hook)
+
+
+@hookimpl
+def rmqk_register_transports(register: Register) -> None:
+    register("tcp", create_tcp_transport)

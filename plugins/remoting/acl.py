@@ -1,1 +1,169 @@
-"""ACL signing of requests (in progress)."""
+"""The ``acl`` plugin: signs every request as Apache's AclClientRPCHook does.
+
+A broker with ACL enabled checks three header fields: ``AccessKey``,
+``Signature`` and, when the credentials carry one, ``SecurityToken``. The
+signature is ``base64(HmacSHA1(secret_key, content))`` where ``content`` is the
+values of all header fields (``AccessKey`` and ``SecurityToken`` included,
+``Signature`` left out) concatenated in the order of their names, as UTF-8,
+followed by the body bytes.
+
+Credentials, first found wins:
+
+1. the ``[acl]`` table of the config file (``access_key``, ``secret_key``,
+   optional ``security_token``), delivered by the historic ``rmqk_configure`` hook,
+   or :func:`configure` called by a program;
+2. the environment variables ``RMQK_ACCESS_KEY`` and ``RMQK_SECRET_KEY`` (and
+   ``RMQK_SECURITY_TOKEN``).
+
+Without credentials nothing is signed. The secret key is never logged or shown
+in a repr.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.hookspecs import hookimpl
+from rmqk.protocol import RemotingCommand
+
+__all__ = [
+    "ACCESS_KEY",
+    "SECURITY_TOKEN",
+    "SIGNATURE",
+    "Credentials",
+    "calculate_signature",
+    "configure",
+    "current_credentials",
+    "rmqk_before_request",
+    "rmqk_configure",
+    "sign",
+    "signature_content",
+]
+
+ACCESS_KEY = "AccessKey"
+SIGNATURE = "Signature"
+SECURITY_TOKEN = "SecurityToken"
+
+ENV_ACCESS_KEY = "RMQK_ACCESS_KEY"
+ENV_SECRET_KEY = "RMQK_SECRET_KEY"
+ENV_SECURITY_TOKEN = "RMQK_SECURITY_TOKEN"
+
+
+@attrs.frozen(repr=False)
+class Credentials:
+    """An access key and its secret (SessionCredentials)."""
+
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+    def __repr__(self) -> str:
+        token = ", security_token=***" if self.security_token else ""
+        return f"Credentials(access_key={self.access_key!r}, secret_key=***{token})"
+
+
+_lock = threading.Lock()
+_configured: Credentials | None = None
+
+
+def configure(credentials: Credentials | None) -> None:
+    """Set (or with None, clear) the credentials that take precedence over the environment."""
+    global _configured
+    with _lock:
+        _configured = credentials
+
+
+def current_credentials() -> Credentials | None:
+    """The credentials requests are signed with now, or None (no signing)."""
+    configured = _configured
+    if configured is not None:
+        return configured
+    access_key = os.environ.get(ENV_ACCESS_KEY, "")
+    secret_key = os.environ.get(ENV_SECRET_KEY, "")
+    if not access_key or not secret_key:
+        return None
+    return Credentials(access_key, secret_key, os.environ.get(ENV_SECURITY_TOKEN) or None)
+
+
+def _java_string_order(key: str) -> bytes:
+    # Java's TreeMap orders String keys by UTF-16 code units.
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def signature_content(fields: Mapping[str, str], body: bytes | None) -> bytes:
+    """What is signed (AclUtils.combineRequestContent): sorted field values, then the body."""
+    text = "".join(
+        fields[key] for key in sorted(fields, key=_java_string_order) if key != SIGNATURE
+    )
+    return text.encode("utf-8") + (body or b"")
+
+
+def calculate_signature(content: bytes, secret_key: str) -> str:
+    """base64(HmacSHA1(secret_key, content)) (AclSigner)."""
+    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def sign(request: RemotingCommand, credentials: Credentials) -> None:
+    """Add AccessKey, SecurityToken (if any) and Signature to ``request``."""
+    request.ext_fields[ACCESS_KEY] = credentials.access_key
+    if credentials.security_token is not None:
+        request.ext_fields[SECURITY_TOKEN] = credentials.security_token
+    content = signature_content(request.ext_fields, request.body)
+    request.ext_fields[SIGNATURE] = calculate_signature(content, credentials.secret_key)
+
+
+def _credentials_from_table(table: Any) -> Credentials:
+    where = "<config>"
+    if not isinstance(table, Mapping):
+        raise ConfigError([ConfigProblem(where, "acl", None, "must be a table")])
+    problems = []
+    values: dict[str, str | None] = {}
+    for key, required in (("access_key", True), ("secret_key", True), ("security_token", False)):
+        value = table.get(key)
+        if value is None and not required:
+            values[key] = None
+        elif not isinstance(value, str) or not value:
+            problems.append(ConfigProblem(where, "acl", key, "must be a non-empty string"))
+        else:
+            values[key] = value
+    for key in table:
+        if key not in ("access_key", "secret_key", "security_token"):
+            problems.append(
+                ConfigProblem(
+                    where,
+                    "acl",
+                    str(key),
+                    "unknown key; known: access_key, secret_key, security_token",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
+    return Credentials(
+        str(values["access_key"]), str(values["secret_key"]), values["security_token"]
+    )
+
+
+@hookimpl
+def rmqk_configure(config: Mapping[str, Any]) -> None:
+    """Read the ``[acl]`` table, when the config has one."""
+    table = config.get("acl")
+    if table is not None:
+        configure(_credentials_from_table(table))
+
+
+@hookimpl
+def rmqk_before_request(address: str, request: RemotingCommand) -> None:
+    """Sign ``request`` when credentials are configured (AclClientRPCHook.doBeforeRequest)."""
+    credentials = current_credentials()
+    if credentials is not None:
+        sign(request, credentials)

@@ -1,0 +1,513 @@
+"""The JSON bodies of remoting commands, as Java's fastjson writes and reads them.
+
+fastjson writes bean fields in alphabetical order, leaves out null fields, writes
+enums by name, and writes a map whose keys are beans (``Map<MessageQueue, Long>``)
+with the key object itself in key position, and a map with integer keys with the
+integer unquoted: neither is standard JSON. :func:`loads` reads all of that;
+the ``encode_*`` functions write what a Java peer expects, and each body has a
+``decode_*`` counterpart so a broker (or a test) can read what a client sends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rmqk.errors import RemotingError
+from rmqk.model import (
+    ConsumeFromWhere,
+    ConsumeType,
+    ExpressionType,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+)
+from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData, HeartbeatData, ProducerData
+
+__all__ = [
+    "BodyFormatError",
+    "ObjectKey",
+    "decode_consume_message_directly_result",
+    "decode_consumer_id_list",
+    "decode_consumer_status",
+    "decode_heartbeat",
+    "decode_lock_batch_request",
+    "decode_lock_batch_response",
+    "decode_reset_offset",
+    "dumps",
+    "encode_consume_message_directly_result",
+    "encode_consumer_id_list",
+    "encode_consumer_status",
+    "encode_heartbeat",
+    "encode_lock_batch_request",
+    "encode_lock_batch_response",
+    "encode_reset_offset",
+    "loads",
+    "message_queue_from_json",
+    "message_queue_to_json",
+]
+
+
+class BodyFormatError(RemotingError):
+    """A command body that is not the JSON its request code calls for."""
+
+
+class ObjectKey(tuple[tuple[Any, Any], ...]):
+    """An object that fastjson wrote in the key position of a map, made hashable.
+
+    Holds the object's (name, value) pairs sorted by name; ``dict(key)`` gives the
+    object back.
+    """
+
+    __slots__ = ()
+
+
+# ----------------------------------------------------------------------------- reading
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+class _LenientParser:
+    """A recursive-descent JSON reader that also accepts fastjson's non-standard keys."""
+
+    __slots__ = ("pos", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def fail(self, message: str) -> BodyFormatError:
+        snippet = self.text[self.pos : self.pos + 30]
+        return BodyFormatError(f"malformed JSON body at char {self.pos}: {message} ({snippet!r})")
+
+    def skip_ws(self) -> None:
+        self.pos = _WS.match(self.text, self.pos).end()  # type: ignore[union-attr]
+
+    def peek(self) -> str:
+        self.skip_ws()
+        if self.pos >= len(self.text):
+            raise self.fail("unexpected end of text")
+        return self.text[self.pos]
+
+    def document(self) -> Any:
+        value = self.value()
+        self.skip_ws()
+        if self.pos != len(self.text):
+            raise self.fail("extra text after the JSON value")
+        return value
+
+    def value(self) -> Any:
+        ch = self.peek()
+        if ch == "{":
+            return self.obj()
+        if ch == "[":
+            return self.array()
+        if ch == '"':
+            return self.string()
+        for word, result in (("true", True), ("false", False), ("null", None)):
+            if self.text.startswith(word, self.pos):
+                self.pos += len(word)
+                return result
+        return self.number()
+
+    def string(self) -> str:
+        try:
+            text, end = _scanstring(self.text, self.pos + 1, True)
+        except json.JSONDecodeError as exc:
+            raise self.fail(f"bad string: {exc.msg}") from None
+        self.pos = end
+        return str(text)
+
+    def number(self) -> int | float:
+        m = _NUMBER.match(self.text, self.pos)
+        if m is None:
+            raise self.fail("expected a value")
+        self.pos = m.end()
+        if m.group(1) or m.group(2):
+            return float(m.group(0))
+        return int(m.group(0))
+
+    def key(self) -> Any:
+        ch = self.peek()
+        if ch == '"':
+            return self.string()
+        if ch == "{":
+            obj = self.obj()
+            try:
+                return ObjectKey(sorted(obj.items(), key=lambda kv: str(kv[0])))
+            except TypeError:
+                raise self.fail("an object used as a map key holds unhashable values") from None
+        if ch == "-" or ch.isdigit():
+            return self.number()
+        raise self.fail("expected a map key")
+
+    def obj(self) -> dict[Any, Any]:
+        self.pos += 1
+        out: dict[Any, Any] = {}
+        if self.peek() == "}":
+            self.pos += 1
+            return out
+        while True:
+            key = self.key()
+            if self.peek() != ":":
+                raise self.fail("expected ':'")
+            self.pos += 1
+            out[key] = self.value()
+            ch = self.peek()
+            self.pos += 1
+            if ch == "}":
+                return out
+            if ch != ",":
+                self.pos -= 1
+                raise self.fail("expected ',' or '}'")
+
+    def array(self) -> list[Any]:
+        self.pos += 1
+        out: list[Any] = []
+        if self.peek() == "]":
+            self.pos += 1
+            return out
+        while True:
+            out.append(self.value())
+            ch = self.peek()
+            self.pos += 1
+            if ch == "]":
+                return out
+            if ch != ",":
+                self.pos -= 1
+                raise self.fail("expected ',' or ']'")
+
+
+def loads(body: bytes | bytearray | memoryview | str) -> Any:
+    """Parse a JSON body, accepting fastjson's unquoted integer keys and object keys.
+
+    Object keys become :class:`ObjectKey`, integer keys ints, quoted keys strings.
+    Raises :class:`BodyFormatError` saying where the text went wrong.
+    """
+    if isinstance(body, str):
+        text = body
+    else:
+        try:
+            text = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BodyFormatError(
+                f"JSON body is not UTF-8 (byte {exc.start}: {exc.reason})"
+            ) from None
+    try:
+        # Standard JSON is the common case and the C parser is much faster.
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    try:
+        return _LenientParser(text).document()
+    except RecursionError:
+        raise BodyFormatError("JSON body is nested too deeply") from None
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON with keys in alphabetical order and non-ASCII text kept, as fastjson."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+def _object(value: Any, what: str) -> Mapping[Any, Any]:
+    if isinstance(value, ObjectKey):
+        return dict(value)
+    if not isinstance(value, dict):
+        raise BodyFormatError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BodyFormatError(f"{what} must be a JSON array, got {type(value).__name__}")
+    return value
+
+
+def _str(obj: Mapping[Any, Any], name: str, what: str, default: str | None = None) -> str:
+    value = obj.get(name, default)
+    if not isinstance(value, str):
+        raise BodyFormatError(f"{what}: field {name!r} must be a string, got {value!r:.60}")
+    return value
+
+
+def _int(obj: Mapping[Any, Any], name: str, what: str, default: int | None = None) -> int:
+    value = obj.get(name, default)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BodyFormatError(f"{what}: field {name!r} must be an integer, got {value!r:.60}")
+    return value
+
+
+def _bool(obj: Mapping[Any, Any], name: str, what: str, default: bool) -> bool:
+    value = obj.get(name, default)
+    if isinstance(value, str) and value in ("true", "false"):
+        return value == "true"
+    if not isinstance(value, bool):
+        raise BodyFormatError(f"{what}: field {name!r} must be a boolean, got {value!r:.60}")
+    return value
+
+
+# ----------------------------------------------------------------------------- message queues
+
+
+def message_queue_to_json(mq: MessageQueue) -> dict[str, Any]:
+    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
+
+
+def message_queue_from_json(value: Any) -> MessageQueue:
+    what = "MessageQueue"
+    obj = _object(value, what)
+    try:
+        return MessageQueue(
+            _str(obj, "topic", what), _str(obj, "brokerName", what), _int(obj, "queueId", what)
+        )
+    except ValueError as exc:
+        if isinstance(exc, BodyFormatError):
+            raise
+        raise BodyFormatError(f"{what}: {exc}") from None
+
+
+def _mq_set(mqs: Iterable[MessageQueue]) -> list[dict[str, Any]]:
+    return [message_queue_to_json(mq) for mq in sorted(set(mqs))]
+
+
+def _offset_map_text(offsets: Mapping[MessageQueue, int]) -> str:
+    # fastjson's rendering of Map<MessageQueue, Long>: the key object in key position.
+    items = (
+        f"{dumps(message_queue_to_json(mq))}:{int(off)}" for mq, off in sorted(offsets.items())
+    )
+    return "{" + ",".join(items) + "}"
+
+
+def _offset_map(value: Any, what: str) -> dict[MessageQueue, int]:
+    if value is None:
+        return {}
+    out: dict[MessageQueue, int] = {}
+    for key, offset in _object(value, what).items():
+        if isinstance(key, str):
+            # A standard-JSON writer can only put the key object in a string.
+            key = loads(key)
+        mq = message_queue_from_json(key)
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise BodyFormatError(f"{what}: offset of {mq} must be an integer, got {offset!r:.60}")
+        out[mq] = offset
+    return out
+
+
+# ----------------------------------------------------------------------------- heartbeat
+
+
+def _subscription_json(sub: SubscriptionData) -> dict[str, Any]:
+    return {
+        "classFilterMode": sub.class_filter_mode,
+        "codeSet": sorted(sub.code_set),
+        "expressionType": sub.expression_type.value,
+        "subString": sub.sub_string,
+        "subVersion": sub.sub_version,
+        "tagsSet": sorted(sub.tags_set),
+        "topic": sub.topic,
+    }
+
+
+def _consumer_json(consumer: ConsumerData) -> dict[str, Any]:
+    return {
+        "consumeFromWhere": consumer.consume_from_where.value,
+        "consumeType": consumer.consume_type.value,
+        "groupName": consumer.group_name,
+        "messageModel": consumer.message_model.value,
+        "subscriptionDataSet": [_subscription_json(s) for s in consumer.subscriptions],
+        "unitMode": consumer.unit_mode,
+    }
+
+
+def encode_heartbeat(heartbeat: HeartbeatData) -> bytes:
+    """HEART_BEAT body: Java's HeartbeatData."""
+    return _encode(
+        dumps(
+            {
+                "clientID": heartbeat.client_id,
+                "consumerDataSet": [_consumer_json(c) for c in heartbeat.consumers],
+                "producerDataSet": [{"groupName": p.group_name} for p in heartbeat.producers],
+            }
+        )
+    )
+
+
+def _enum(cls: Any, value: Any, what: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        known = ", ".join(m.value for m in cls)
+        raise BodyFormatError(f"{what}: unknown value {value!r:.60}; known: {known}") from None
+
+
+def _subscription_from_json(value: Any) -> SubscriptionData:
+    what = "SubscriptionData"
+    obj = _object(value, what)
+    tags = _list(obj.get("tagsSet"), f"{what}.tagsSet")
+    codes = _list(obj.get("codeSet"), f"{what}.codeSet")
+    try:
+        return SubscriptionData(
+            topic=_str(obj, "topic", what),
+            sub_string=_str(obj, "subString", what, "*"),
+            tags_set=frozenset(str(t) for t in tags),
+            code_set=frozenset(int(c) for c in codes),
+            sub_version=_int(obj, "subVersion", what, 0),
+            expression_type=_enum(
+                ExpressionType, obj.get("expressionType") or "TAG", f"{what}.expressionType"
+            ),
+            class_filter_mode=_bool(obj, "classFilterMode", what, False),
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, BodyFormatError):
+            raise
+        raise BodyFormatError(f"{what}: {exc}") from None
+
+
+def decode_heartbeat(body: bytes) -> HeartbeatData:
+    """Read a HEART_BEAT body (the broker's side of :func:`encode_heartbeat`)."""
+    what = "HeartbeatData"
+    obj = _object(loads(body), what)
+    consumers = []
+    for raw in _list(obj.get("consumerDataSet"), f"{what}.consumerDataSet"):
+        c = _object(raw, "ConsumerData")
+        subscriptions = [
+            _subscription_from_json(s)
+            for s in _list(c.get("subscriptionDataSet"), "ConsumerData.subscriptionDataSet")
+        ]
+        consumers.append(
+            ConsumerData(
+                group_name=_str(c, "groupName", "ConsumerData"),
+                consume_type=_enum(ConsumeType, c.get("consumeType"), "ConsumerData.consumeType"),
+                message_model=_enum(
+                    MessageModel, c.get("messageModel"), "ConsumerData.messageModel"
+                ),
+                consume_from_where=_enum(
+                    ConsumeFromWhere, c.get("consumeFromWhere"), "ConsumerData.consumeFromWhere"
+                ),
+                subscriptions=subscriptions,
+                unit_mode=_bool(c, "unitMode", "ConsumerData", False),
+            )
+        )
+    producers = tuple(
+        ProducerData(_str(_object(p, "ProducerData"), "groupName", "ProducerData"))
+        for p in _list(obj.get("producerDataSet"), f"{what}.producerDataSet")
+    )
+    return HeartbeatData(
+        client_id=_str(obj, "clientID", what),
+        producers=producers,
+        consumers=consumers,
+    )
+
+
+# ----------------------------------------------------------------------------- locks
+
+
+def encode_lock_batch_request(group: str, client_id: str, mqs: Iterable[MessageQueue]) -> bytes:
+    """LOCK_BATCH_MQ and UNLOCK_BATCH_MQ body (Lock/UnlockBatchRequestBody)."""
+    return _encode(dumps({"clientId": client_id, "consumerGroup": group, "mqSet": _mq_set(mqs)}))
+
+
+def decode_lock_batch_request(body: bytes) -> tuple[str, str, set[MessageQueue]]:
+    """(consumer group, client id, queues) of a lock or unlock request body."""
+    what = "LockBatchRequestBody"
+    obj = _object(loads(body), what)
+    mqs = {message_queue_from_json(m) for m in _list(obj.get("mqSet"), f"{what}.mqSet")}
+    return _str(obj, "consumerGroup", what), _str(obj, "clientId", what), mqs
+
+
+def encode_lock_batch_response(locked: Iterable[MessageQueue]) -> bytes:
+    return _encode(dumps({"lockOKMQSet": _mq_set(locked)}))
+
+
+def decode_lock_batch_response(body: bytes) -> set[MessageQueue]:
+    """The queues a LOCK_BATCH_MQ response says are locked (LockBatchResponseBody)."""
+    what = "LockBatchResponseBody"
+    obj = _object(loads(body), what)
+    locked = _list(obj.get("lockOKMQSet"), f"{what}.lockOKMQSet")
+    return {message_queue_from_json(m) for m in locked}
+
+
+# ----------------------------------------------------------------------------- consumer list
+
+
+def encode_consumer_id_list(ids: Iterable[str]) -> bytes:
+    return _encode(dumps({"consumerIdList": list(ids)}))
+
+
+def decode_consumer_id_list(body: bytes) -> list[str]:
+    """GET_CONSUMER_LIST_BY_GROUP response body (GetConsumerListByGroupResponseBody)."""
+    what = "GetConsumerListByGroupResponseBody"
+    obj = _object(loads(body), what)
+    ids = _list(obj.get("consumerIdList"), f"{what}.consumerIdList")
+    if not all(isinstance(i, str) for i in ids):
+        raise BodyFormatError(f"{what}.consumerIdList must hold strings")
+    return ids
+
+
+# ---------------------------------------------------------------------- broker-pushed offsets
+
+
+def encode_reset_offset(offsets: Mapping[MessageQueue, int]) -> bytes:
+    """RESET_CONSUMER_CLIENT_OFFSET body (ResetOffsetBody)."""
+    return _encode('{"offsetTable":' + _offset_map_text(offsets) + "}")
+
+
+def decode_reset_offset(body: bytes) -> dict[MessageQueue, int]:
+    what = "ResetOffsetBody"
+    obj = _object(loads(body), what)
+    return _offset_map(obj.get("offsetTable"), f"{what}.offsetTable")
+
+
+def encode_consumer_status(offsets: Mapping[MessageQueue, int]) -> bytes:
+    """GET_CONSUMER_STATUS_FROM_CLIENT response body (GetConsumerStatusBody)."""
+    return _encode('{"consumerTable":{},"messageQueueTable":' + _offset_map_text(offsets) + "}")
+
+
+def decode_consumer_status(body: bytes) -> dict[MessageQueue, int]:
+    what = "GetConsumerStatusBody"
+    obj = _object(loads(body), what)
+    return _offset_map(obj.get("messageQueueTable"), f"{what}.messageQueueTable")
+
+
+# ----------------------------------------------------------------------------- consume directly
+
+
+def encode_consume_message_directly_result(result: ConsumeMessageDirectlyResult) -> bytes:
+    """CONSUME_MESSAGE_DIRECTLY response body (ConsumeMessageDirectlyResult)."""
+    obj: dict[str, Any] = {
+        "autoCommit": result.auto_commit,
+        "consumeResult": result.consume_result,
+        "order": result.order,
+        "spentTimeMills": result.spent_time_mills,
+    }
+    if result.remark is not None:
+        obj["remark"] = result.remark
+    return _encode(dumps(obj))
+
+
+def decode_consume_message_directly_result(body: bytes) -> ConsumeMessageDirectlyResult:
+    what = "ConsumeMessageDirectlyResult"
+    obj = _object(loads(body), what)
+    remark = obj.get("remark")
+    return ConsumeMessageDirectlyResult(
+        order=_bool(obj, "order", what, False),
+        auto_commit=_bool(obj, "autoCommit", what, True),
+        consume_result=_str(obj, "consumeResult", what),
+        remark=remark if isinstance(remark, str) else None,
+        spent_time_mills=_int(obj, "spentTimeMills", what, 0),
+    )
