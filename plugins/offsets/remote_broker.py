@@ -1,0 +1,164 @@
+"""``remote-broker``: consumer offsets kept by the brokers (the CLUSTERING default).
+
+Java's RemoteBrokerOffsetStore. Offsets live in memory and reach the broker
+that owns each queue through UPDATE_CONSUMER_OFFSET (oneway by default), every
+``persist_consumer_offset_interval_ms`` and when a queue leaves this member.
+Reads from the store ask the broker with QUERY_CONSUMER_OFFSET.
+
+The -1 / -2 distinction of ``read_offset`` is what keeps CONSUME_FROM_LAST_OFFSET
+safe: -1 means the broker answered that the group has no offset (the consumer
+then applies consume_from_where), -2 means it could not be asked (the queue is
+skipped this round). Reporting a network error as "no offset" would jump to the
+max offset and lose messages.
+
+Options (``offset_store_options``): ``timeout_ms``, the timeout of each query
+and update (default 5000, as Java's ``1000 * 5``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+from typing import Any
+
+from rmqk.contracts import OffsetStoreContext, ReadOffsetType
+from rmqk.errors import BrokerError, ClientError
+from rmqk.model import MessageQueue
+from rmqk.plugins.offsets.options import check_known_options, require_positive_int
+from rmqk.plugins.offsets.table import OffsetTable
+
+__all__ = ["DEFAULT_TIMEOUT_MS", "NAME", "RemoteBrokerOffsetStore", "create_remote_broker_store"]
+
+log = logging.getLogger(__name__)
+
+NAME = "remote-broker"
+DEFAULT_TIMEOUT_MS = 5_000
+
+
+class RemoteBrokerOffsetStore:
+    """OffsetStore backed by the brokers, through the client instance's transport.
+
+    ``client`` needs ``find_broker_addr_for_admin(broker_name, topic)`` (master
+    preferred, refreshing the route once when the broker is unknown, raising
+    ClientError when it stays unknown) and ``transport`` with
+    ``query_consumer_offset`` / ``update_consumer_offset``.
+    """
+
+    def __init__(
+        self, client: Any, group: str, client_id: str = "", timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> None:
+        if client is None:
+            raise ClientError(
+                f"{NAME} offset store of group {group!r} needs the client instance "
+                "(OffsetStoreContext.client is None)"
+            )
+        self.client = client
+        self.group = group
+        self.client_id = client_id
+        self.timeout_ms = timeout_ms
+        self._table = OffsetTable()
+
+    async def load(self) -> None:
+        """Nothing to load: the brokers are asked queue by queue."""
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        self._table.update(mq, offset, increase_only)
+
+    async def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
+        if read_type is not ReadOffsetType.READ_FROM_STORE:
+            cached = self._table.get(mq)
+            if cached is not None:
+                return cached
+            if read_type is ReadOffsetType.READ_FROM_MEMORY:
+                return -1
+        try:
+            offset = await self._fetch_consume_offset_from_broker(mq)
+        except BrokerError as exc:
+            # Java maps every MQBrokerException here to "no offset".
+            log.info("query consumer offset of %s for group %s: %s", mq, self.group, exc)
+            return -1
+        except Exception as exc:
+            log.warning(
+                "query consumer offset of %s for group %s failed: %s", mq, self.group, exc
+            )
+            return -2
+        if offset is None:
+            return -1
+        # The cache fill is not increase-only: the broker's value wins (resetOffset, rebalance).
+        self._table.update(mq, offset, False)
+        return offset
+
+    async def persist_all(self, mqs: Collection[MessageQueue]) -> None:
+        """Send the offsets of ``mqs``; forget those of every other queue.
+
+        Pruning happens before the first await, so a queue that a concurrent
+        rebalance re-adds while the sends are in flight keeps its fresh offset.
+        """
+        if not mqs:
+            return
+        assigned = set(mqs)
+        for mq in self._table.prune_except(assigned):
+            log.info("remove unused mq, %s, %s", mq, self.group)
+        to_send = self._table.pick(assigned)
+        if not to_send:
+            return
+        # Concurrently: one unreachable broker must not delay the others' commits.
+        await asyncio.gather(*(self._send_logged(mq, "persistAll") for mq in sorted(to_send)))
+
+    async def persist(self, mq: MessageQueue) -> None:
+        if mq not in self._table:
+            return
+        await self._send_logged(mq, "persist")
+
+    def remove_offset(self, mq: MessageQueue) -> None:
+        if self._table.remove(mq):
+            log.info(
+                "remove unnecessary messageQueue offset. group=%s, mq=%s, offsetTableSize=%d",
+                self.group, mq, len(self._table),
+            )
+
+    def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
+        return self._table.clone(topic)
+
+    async def update_consume_offset_to_broker(
+        self, mq: MessageQueue, offset: int, oneway: bool
+    ) -> None:
+        """Send one offset; raises what the lookup or the transport raises."""
+        addr = await self.client.find_broker_addr_for_admin(mq.broker_name, mq.topic)
+        await self.client.transport.update_consumer_offset(
+            addr, self.group, mq, offset, oneway=oneway, timeout_ms=self.timeout_ms
+        )
+
+    async def _send_logged(self, mq: MessageQueue, what: str) -> None:
+        offset = self._table.get(mq)
+        if offset is None:
+            return  # removed while an earlier send was in flight
+        try:
+            await self.update_consume_offset_to_broker(mq, offset, True)
+        except Exception as exc:
+            # Losing one commit is tolerated: the next period and the pull piggyback resend.
+            log.error(
+                "updateConsumeOffsetToBroker of %s for group %s failed: %s", mq, self.group, exc
+            )
+            return
+        log.debug(
+            "[%s] Group: %s ClientId: %s updateConsumeOffsetToBroker %s %d",
+            what, self.group, self.client_id, mq, offset,
+        )
+
+    async def _fetch_consume_offset_from_broker(self, mq: MessageQueue) -> int | None:
+        addr = await self.client.find_broker_addr_for_admin(mq.broker_name, mq.topic)
+        result: int | None = await self.client.transport.query_consumer_offset(
+            addr, self.group, mq, self.timeout_ms
+        )
+        return result
+
+
+def create_remote_broker_store(context: OffsetStoreContext) -> RemoteBrokerOffsetStore:
+    """The ``remote-broker`` factory."""
+    options = check_known_options(NAME, context.options, ("timeout_ms",))
+    timeout_ms = DEFAULT_TIMEOUT_MS
+    if "timeout_ms" in options:
+        timeout_ms = require_positive_int(NAME, "timeout_ms", options["timeout_ms"])
+    return RemoteBrokerOffsetStore(context.client, context.group, context.client_id, timeout_ms)
