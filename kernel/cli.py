@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import attrs
 
@@ -46,7 +47,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
     pm = get_plugin_manager()
     regs = registries()
-    plugins = []
+    plugins: list[dict[str, Any]] = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
         if plugin is None:
             continue
@@ -129,7 +130,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         install_stop_signals(stop)
 
-        def started(consumers: list[object]) -> None:
+        def started(consumers: Sequence[object]) -> None:
             print(
                 f"rmqk: running {len(consumers)} consumer(s) from {args.config}; Ctrl-C stops",
                 file=sys.stderr,
@@ -211,7 +212,7 @@ def _all_commands() -> dict[str, Command]:
             raise RmqkError(
                 f"command {entry.name!r} of plugin {entry.plugin!r} clashes with a built-in command"
             )
-        commands[entry.name] = entry.factory
+        commands[entry.name] = cast(Command, entry.factory)
     return commands
 
 

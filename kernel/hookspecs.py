@@ -32,7 +32,8 @@ PROJECT_NAME = "rmqk"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-Register = Callable[[str, Callable[..., Any]], None]
+# register(name, factory); for commands the second argument is an rmqk.cli.Command.
+Register = Callable[[str, Any], None]
 
 # -- registration hooks ---------------------------------------------------------
 

@@ -240,11 +240,15 @@ class QueueData:
         return bool(self.perm & PERM_WRITE)
 
 
+def _sorted_addrs(addrs: Mapping[int, str]) -> dict[int, str]:
+    return dict(sorted(addrs.items()))
+
+
 @attrs.frozen
 class BrokerData:
     cluster: str
     broker_name: str
-    broker_addrs: Mapping[int, str] = attrs.field(converter=lambda m: dict(sorted(m.items())))
+    broker_addrs: Mapping[int, str] = attrs.field(converter=_sorted_addrs)
 
     def master_addr(self) -> str | None:
         return self.broker_addrs.get(MASTER_ID)

@@ -24,8 +24,8 @@ __all__ = [
 
 RPC_TYPE_RESPONSE = 0x1
 RPC_ONEWAY = 0x2
-# The version a 4.9.8 Java client sends (MQVersion.Version.V4_9_8.ordinal()).
-PROTOCOL_VERSION = 433
+# The version a 4.9.8 Java client sends: the ordinal of MQVersion.Version.V4_9_8.
+PROTOCOL_VERSION = 409
 
 
 class RequestCode(enum.IntEnum):

@@ -57,7 +57,7 @@ async def run_config(
     config: Config,
     stop: asyncio.Event,
     names: Sequence[str] | None = None,
-    on_started: Callable[[list[ComposedConsumer]], None] | None = None,
+    on_started: Callable[[Sequence[ComposedConsumer]], None] | None = None,
 ) -> None:
     """Start every composed consumer (or those named), run until ``stop`` is set, stop them."""
     announce_config(config)

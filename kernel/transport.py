@@ -26,6 +26,14 @@ from rmqk.model import (
 )
 from rmqk.protocol import RemotingCommand
 
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _sub_tuple(values: Iterable[SubscriptionData]) -> tuple[SubscriptionData, ...]:
+    return tuple(values)
+
+
 __all__ = [
     "ConsumeMessageDirectlyResult",
     "ConsumerData",
@@ -56,7 +64,7 @@ class TlsConfig:
 class TransportConfig:
     """What a transport factory is given (NettyClientConfig plus name servers)."""
 
-    namesrv_addrs: tuple[str, ...] = attrs.field(converter=tuple)
+    namesrv_addrs: tuple[str, ...] = attrs.field(converter=_str_tuple)
     client_id: str = "127.0.0.1@DEFAULT"
     connect_timeout_ms: int = 3000
     request_timeout_ms: int = 3000
@@ -83,6 +91,8 @@ class PullMessageRequest:
     subscription: str | None
     sub_version: int
     expression_type: str = "TAG"
+    # Sent as ``bname`` (4.9's RpcRequestHeader); also names the broker of pulled messages.
+    broker_name: str = ""
 
 
 @attrs.frozen
@@ -110,7 +120,7 @@ class ConsumerData:
     consume_type: ConsumeType
     message_model: MessageModel
     consume_from_where: ConsumeFromWhere
-    subscriptions: tuple[SubscriptionData, ...] = attrs.field(converter=tuple)
+    subscriptions: tuple[SubscriptionData, ...] = attrs.field(converter=_sub_tuple)
     unit_mode: bool = False
 
 
@@ -119,11 +129,19 @@ class ProducerData:
     group_name: str
 
 
+def _producers(values: Iterable[ProducerData]) -> tuple[ProducerData, ...]:
+    return tuple(values)
+
+
+def _consumers(values: Iterable[ConsumerData]) -> tuple[ConsumerData, ...]:
+    return tuple(values)
+
+
 @attrs.frozen
 class HeartbeatData:
     client_id: str
-    producers: tuple[ProducerData, ...] = attrs.field(default=(), converter=tuple)
-    consumers: tuple[ConsumerData, ...] = attrs.field(default=(), converter=tuple)
+    producers: tuple[ProducerData, ...] = attrs.field(default=(), converter=_producers)
+    consumers: tuple[ConsumerData, ...] = attrs.field(default=(), converter=_consumers)
 
 
 @attrs.frozen

@@ -16,7 +16,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -66,11 +66,15 @@ def build_client_id(instance_name: str, unit_name: str | None = None, ip: str | 
     return cid
 
 
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @attrs.frozen
 class ClientConfig:
     """The per-instance settings (Java's ClientConfig); the first member's win."""
 
-    namesrv_addrs: tuple[str, ...] = attrs.field(converter=tuple)
+    namesrv_addrs: tuple[str, ...] = attrs.field(converter=_str_tuple)
     transport: str = "tcp"
     transport_options: Mapping[str, Any] = attrs.field(factory=dict)
     poll_name_server_interval_ms: int = 30_000

@@ -484,14 +484,17 @@ class AsyncPushConsumer:
             self._pull_loop(mq, pq, next_offset), name=f"pull {mq}"
         )
         self._pull_tasks[mq] = task
-        task.add_done_callback(
-            lambda t, q=mq: self._pull_tasks.pop(q, None) if self._pull_tasks.get(q) is t else None
-        )
+        task.add_done_callback(self._forget_pull_task)
+
+    def _forget_pull_task(self, task: asyncio.Task[None]) -> None:
+        for mq, current in list(self._pull_tasks.items()):
+            if current is task:
+                del self._pull_tasks[mq]
 
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
         """The one circulating pull request of a queue; ends when the queue is dropped."""
         request = _PullRequest(mq, pq, next_offset)
-        while not pq.dropped:
+        while not pq.is_dropped():
             try:
                 delay = await self._pull_once(request)
             except asyncio.CancelledError:
@@ -507,7 +510,7 @@ class AsyncPushConsumer:
     async def _pull_once(self, req: _PullRequest) -> int | None:
         """One pass of pullMessage; returns the delay before the next, or None to stop."""
         pq, mq, opts = req.pq, req.mq, self.options
-        if pq.dropped:
+        if pq.is_dropped():
             return None
         pq.last_pull_timestamp = int(time.time() * 1000)
         if self.state is not ServiceState.RUNNING:
@@ -592,6 +595,7 @@ class AsyncPushConsumer:
             subscription=sub.sub_string if post_sub else None,
             sub_version=sub.sub_version,
             expression_type=sub.expression_type.value,
+            broker_name=mq.broker_name,
         )
         begin = time.perf_counter()
         try:
@@ -604,7 +608,7 @@ class AsyncPushConsumer:
             if isinstance(exc, BrokerError) and exc.code == 215:  # FLOW_CONTROL
                 return 20
             return opts.pull_time_delay_mills_when_exception
-        if pq.dropped:
+        if pq.is_dropped():
             return None
         return await self._on_pull_result(req, sub, result, (time.perf_counter() - begin) * 1000)
 
@@ -668,8 +672,7 @@ class AsyncPushConsumer:
                     log.exception("executeTaskLater Exception")
 
             self.call_later(OFFSET_ILLEGAL_FIX_DELAY_MS, fix)
-            return None
-        return 0
+        return None
 
     async def _filter(
         self, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt]

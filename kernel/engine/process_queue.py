@@ -125,6 +125,10 @@ class ProcessQueue:
         if acc > 0:
             self.msg_acc_cnt = acc
 
+    def is_dropped(self) -> bool:
+        """``dropped``, as a call: re-checked after awaits, where mypy would narrow the field."""
+        return self.dropped
+
     # -- views ------------------------------------------------------------------
 
     def _first_key(self) -> int | None:

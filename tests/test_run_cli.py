@@ -1,0 +1,148 @@
+"""``rmqk produce`` and ``rmqk run`` as a user runs them: real processes, real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqk.plugins.broker import EmbeddedBroker
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with EmbeddedBroker.run_in_thread(
+        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
+    ) as handle:
+        yield handle
+
+
+def rmqk(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", *args], capture_output=True, text=True, **kwargs
+    )
+
+
+def test_produce_then_run_delivers_every_message_to_jsonl(broker: Any, tmp_path: Path) -> None:
+    produced = rmqk(
+        "produce",
+        "--namesrv",
+        broker.namesrv_addr,
+        "--topic",
+        "CliTopic",
+        "--count",
+        "500",
+        "--tags",
+        "TagA,TagB",
+        "--batch",
+        "50",
+    )
+    assert produced.returncode == 0, produced.stderr
+    assert "sent 500 messages to CliTopic" in produced.stdout
+
+    out = tmp_path / "out.jsonl"
+    config = tmp_path / "consumers.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            [consumers.cli]
+            group = "g-cli"
+            namesrv_addr = "{broker.namesrv_addr}"
+            subscription = {{ CliTopic = "TagA" }}
+            consume_from_where = "CONSUME_FROM_FIRST_OFFSET"
+            consume_message_batch_max_size = 16
+            sink = "jsonl"
+
+            [consumers.cli.sink_options]
+            path = "{out}"
+            """
+        )
+    )
+    assert rmqk("check", str(config)).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        lines: list[str] = []
+        while time.monotonic() < deadline:
+            if out.exists():
+                lines = out.read_text().splitlines()
+                if len(lines) >= 250:
+                    break
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    # Only TagA was subscribed: the tags alternate, so exactly half arrive, each once.
+    assert len(records) == 250
+    assert {r["tags"] for r in records} == {"TagA"}
+    assert len({(r["queue_id"], r["queue_offset"]) for r in records}) == 250
+
+    # Offsets were committed at shutdown: a second run delivers nothing new.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert len(out.read_text().splitlines()) == 250
+
+
+def test_run_reports_a_bad_config_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        '[consumers.x]\ngroup = "g"\nnamesrv_addr = "127.0.0.1:1"\nsubscription = {}\n'
+    )
+    result = rmqk("run", str(config))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert str(config) in result.stderr
+
+
+def test_produce_reads_json_lines_from_stdin(broker: Any) -> None:
+    lines = "\n".join(
+        json.dumps({"body": {"n": i}, "tags": "J", "keys": f"k{i}"}) for i in range(20)
+    )
+    result = rmqk(
+        "produce",
+        "--namesrv",
+        broker.namesrv_addr,
+        "--topic",
+        "StdinTopic",
+        "--stdin",
+        input=lines,
+        env={**os.environ},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "sent 20 messages" in result.stdout
+    bad = rmqk(
+        "produce",
+        "--namesrv",
+        broker.namesrv_addr,
+        "--topic",
+        "StdinTopic",
+        "--stdin",
+        input="not json\n",
+    )
+    assert bad.returncode == 1 and "stdin line 1: not JSON" in bad.stderr
