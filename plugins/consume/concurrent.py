@@ -87,7 +87,7 @@ class ConcurrentConsumeService:
             self._spawn(self._consume(msgs[i : i + size], pq, mq))
 
     async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        if pq.dropped:
+        if pq.is_dropped():
             return
         consumer = self.consumer
         ctx = ConsumeConcurrentlyContext(mq)
@@ -132,7 +132,7 @@ class ConcurrentConsumeService:
             hook_ctx.props["ConsumeContextType"] = return_type
             await consumer.invoker.after(hook_ctx)
         consumer.stats.consume_rt(mq.topic, outcome.duration_ms)
-        if pq.dropped:
+        if pq.is_dropped():
             # The queue went to another member: its results are discarded, the new owner
             # consumes these messages again (at-least-once).
             return
@@ -181,7 +181,7 @@ class ConcurrentConsumeService:
                 done = [m for m in msgs if id(m) not in ids]
                 self._retry_locally(back_failed, pq, mq)
         offset = pq.remove_messages(done)
-        if offset >= 0 and not pq.dropped:
+        if offset >= 0 and not pq.is_dropped():
             consumer.offset_store.update_offset(mq, offset, True)
 
     def _retry_locally(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:

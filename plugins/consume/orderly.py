@@ -126,11 +126,11 @@ class OrderlyConsumeService:
         return min(max(value, 10), 30_000)
 
     async def _drain(self, pq: ProcessQueue, mq: MessageQueue) -> None:
-        if pq.dropped:
+        if pq.is_dropped():
             return
         mq_lock = self._mq_locks.setdefault(mq, asyncio.Lock())
         async with mq_lock:
-            if pq.dropped:
+            if pq.is_dropped():
                 return
             clustering = self.clustering
             if clustering and not (pq.locked and not pq.is_lock_expired()):
@@ -142,7 +142,7 @@ class OrderlyConsumeService:
             batch = consumer.options.consume_message_batch_max_size
             begin = time.monotonic()
             while not self._stopped:
-                if pq.dropped:
+                if pq.is_dropped():
                     break
                 if clustering and (not pq.locked or pq.is_lock_expired()):
                     self._try_lock_later_and_reconsume(pq, mq, 10)
@@ -156,7 +156,7 @@ class OrderlyConsumeService:
                 consumer.reset_retry_topic(msgs)
                 ctx = ConsumeOrderlyContext(mq)
                 async with pq.consume_lock:
-                    if pq.dropped:
+                    if pq.is_dropped():
                         log.warning(
                             "the message queue not be able to consume, because it's dropped. %s", mq
                         )
@@ -240,7 +240,7 @@ class OrderlyConsumeService:
                     pq.make_messages_to_consume_again(msgs)
                     self._submit_later(pq, mq, self._suspend_ms(ctx))
                     keep_going = False
-        if commit_offset >= 0 and not pq.dropped:
+        if commit_offset >= 0 and not pq.is_dropped():
             consumer.offset_store.update_offset(mq, commit_offset, False)
         return keep_going
 
