@@ -133,9 +133,11 @@ async def test_timestamp_search_finds_the_first_message_stored_after_it(broker: 
     # this lookup returns (the rule itself is unit-tested in test_rebalance_offsets.py).
     await create_topic(broker, "Stamp", 1)
     await produce(broker.namesrv_addr, "Stamp", (b"before" for _ in range(30)))
-    await asyncio.sleep(1.2)
-    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(time.time() + 1))
-    await asyncio.sleep(2.2)
+    # Like Apache, the broker answers with the message nearest in time, so put the
+    # (whole-second) timestamp 0.3 s before the second batch and over 1 s after the first.
+    boundary = int(time.time()) + 2
+    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(boundary))
+    await asyncio.sleep(boundary + 0.3 - time.time())
     await produce(broker.namesrv_addr, "Stamp", (f"after{i}".encode() for i in range(30)))
     c = consumer(
         broker, "g-stamp", consume_from_where="CONSUME_FROM_TIMESTAMP", consume_timestamp=stamp

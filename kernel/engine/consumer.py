@@ -16,7 +16,7 @@ from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.consume import ConsumeService
 from rmqk.engine.listener import ListenerInvoker
 from rmqk.engine.process_queue import ProcessQueue
-from rmqk.engine.rebalance import Rebalance
+from rmqk.engine.rebalance import Rebalance, rebalance_wait_interval_ms
 from rmqk.engine.stats import ConsumerStats
 from rmqk.errors import BrokerError, ClientError, ConfigError, RmqkError
 from rmqk.message import Message, MessageExt, MessageProperty
@@ -188,6 +188,7 @@ class AsyncPushConsumer:
                 persist_consumer_offset_interval_ms=opts.persist_consumer_offset_interval,
                 request_timeout_ms=opts.mq_client_api_timeout,
                 use_tls=opts.use_tls,
+                rebalance_interval_ms=rebalance_wait_interval_ms(),
             ),
         )
         self.offset_store = regs.offset_stores.create(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,17 @@ __all__ = ["Rebalance"]
 log = logging.getLogger("rmqk.engine.rebalance")
 
 # rocketmq.client.unlockDelayTimeMills: a queue that still holds messages is unlocked later.
-UNLOCK_DELAY_MS = 20_000
+UNLOCK_DELAY_MS = int(os.environ.get("RMQK_UNLOCK_DELAY_MS", "20000"))
+# rocketmq.client.rebalance.waitInterval: the periodic rebalance.
+REBALANCE_WAIT_INTERVAL_MS = int(os.environ.get("RMQK_REBALANCE_WAIT_INTERVAL_MS", "20000"))
+
+
+def unlock_delay_ms() -> int:
+    return UNLOCK_DELAY_MS
+
+
+def rebalance_wait_interval_ms() -> int:
+    return REBALANCE_WAIT_INTERVAL_MS
 
 
 def parse_consume_timestamp(text: str) -> int:
@@ -194,7 +205,7 @@ class Rebalance:
             if pq.msg_count > 0:
                 # Messages remain: unlock later so a new owner does not race this one.
                 asyncio.get_running_loop().call_later(
-                    UNLOCK_DELAY_MS / 1000,
+                    unlock_delay_ms() / 1000,
                     lambda: asyncio.ensure_future(self.unlock(mq, oneway=True)),
                 )
             else:
