@@ -1,1 +1,447 @@
-"""rmqk.plugins.broker (in progress)."""
+"""rmqk.plugins.broker: a RocketMQ 4.9 name server and broker in one asyncio process.
+
+It speaks the remoting protocol on two ports (name server, default 9876; broker,
+default 10911), stores messages on disk (``rmqk.plugins.broker.store``) and
+follows what an Apache 4.9.8 broker does that a client can observe: routes,
+auto-created topics, send and pull, long polling, consumer offsets,
+heartbeats and NOTIFY_CONSUMER_IDS_CHANGED, queue locks, send-back to
+``%RETRY%`` with delay levels and ``%DLQ%``.
+
+In tests::
+
+    async with EmbeddedBroker(tmp_path, namesrv_port=0, broker_port=0) as broker:
+        consumer = PushConsumer("g", namesrv_addr=broker.namesrv_addr)
+
+From synchronous code::
+
+    with EmbeddedBroker.run_in_thread(tmp_path, namesrv_port=0, broker_port=0) as handle:
+        ... handle.namesrv_addr ...
+
+The plugin registers the ``rmqk broker`` and ``rmqk admin`` commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from rmqk.errors import RmqkError
+from rmqk.hookspecs import Register, hookimpl
+from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
+
+__all__ = [
+    "DEFAULT_DELAY_LEVELS",
+    "BrokerThread",
+    "EmbeddedBroker",
+    "rmqk_register_commands",
+]
+
+log = logging.getLogger("rmqk.broker")
+
+T = TypeVar("T")
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+class EmbeddedBroker:
+    """A name server and a broker on the current event loop.
+
+    ``namesrv_port`` / ``broker_port`` 0 pick free ports; read the chosen ones
+    from :attr:`namesrv_addr` and :attr:`broker_addr` after :meth:`start`.
+    The time-based behaviours take their Apache defaults and can be shortened
+    for tests: ``lock_expiry`` (queue locks, 60 s), ``channel_expiry`` (clients
+    without a heartbeat, 120 s), ``idle_timeout`` (silent connections, 120 s),
+    ``hold_check_interval`` (re-check of held pulls, 5 s) and ``delay_levels``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        host: str = "127.0.0.1",
+        namesrv_port: int = 9876,
+        broker_port: int = 10911,
+        broker_name: str = "broker-a",
+        cluster: str = "DefaultCluster",
+        advertised_host: str | None = None,
+        flush: str = "async",
+        delay_levels: str | Sequence[int] | None = None,
+        auto_create_topic: bool = True,
+        lock_expiry: float = 60.0,
+        channel_expiry: float = 120.0,
+        idle_timeout: float = 120.0,
+        hold_check_interval: float = 5.0,
+        max_message_size: int = 4 * 1024 * 1024,
+        segment_size: int | None = None,
+        notify_consumer_ids_changed: bool = True,
+    ) -> None:
+        if flush not in ("async", "sync"):
+            raise RmqkError(f"flush must be 'async' or 'sync', got {flush!r}")
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self._namesrv_port = namesrv_port
+        self._broker_port = broker_port
+        self.broker_name = broker_name
+        self.cluster = cluster
+        self._advertised_host = advertised_host
+        self.flush = flush
+        self.delay_levels = delay_levels
+        self.auto_create_topic = auto_create_topic
+        self.lock_expiry = lock_expiry
+        self.channel_expiry = channel_expiry
+        self.idle_timeout = idle_timeout
+        self.hold_check_interval = hold_check_interval
+        self.max_message_size = max_message_size
+        self.segment_size = segment_size
+        self.notify_consumer_ids_changed = notify_consumer_ids_changed
+        self.namesrv: Any = None
+        self.processors: Any = None
+        self.store: Any = None
+        self._broker_server: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._namesrv_addr: str | None = None
+        self._broker_addr: str | None = None
+        self.running = False
+
+    # -- addresses ---------------------------------------------------------------
+
+    @property
+    def namesrv_addr(self) -> str:
+        if self._namesrv_addr is None:
+            raise RmqkError("the embedded broker is not started: no name server address yet")
+        return self._namesrv_addr
+
+    @property
+    def broker_addr(self) -> str:
+        if self._broker_addr is None:
+            raise RmqkError("the embedded broker is not started: no broker address yet")
+        return self._broker_addr
+
+    def _advertise(self, port: int) -> str:
+        host = self._advertised_host
+        if host is None:
+            host = (
+                "127.0.0.1"
+                if self.host in _WILDCARD_HOSTS or self.host == "localhost"
+                else self.host
+            )
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> EmbeddedBroker:
+        from rmqk.plugins.broker.broker import BrokerProcessors, BrokerSettings
+        from rmqk.plugins.broker.namesrv import NameServer
+        from rmqk.plugins.broker.server import RemotingServer
+        from rmqk.plugins.broker.store import MessageStore
+
+        if self.running:
+            raise RmqkError("the embedded broker is already started")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.namesrv = NameServer(idle_timeout=self.idle_timeout)
+            port = await self.namesrv.start(self.host, self._namesrv_port)
+            self._namesrv_addr = self._advertise(port)
+
+            # The store stamps the broker's address into every record, so the
+            # port must be bound before the store opens.
+            self._broker_server = RemotingServer(
+                "broker", self._handle, idle_timeout=self.idle_timeout
+            )
+            port = await self._broker_server.start(self.host, self._broker_port)
+            self._broker_addr = self._advertise(port)
+
+            store_kwargs: dict[str, Any] = {
+                "flush": self.flush,
+                "store_host": self._broker_addr,
+                "max_message_size": self.max_message_size,
+            }
+            if self.segment_size is not None:
+                store_kwargs["segment_size"] = self.segment_size
+            if self.delay_levels is not None:
+                store_kwargs["delay_levels"] = _delay_levels_text(self.delay_levels)
+            self.store = MessageStore(self.data_dir, **store_kwargs)
+            self.store.open()
+            settings = BrokerSettings(
+                broker_name=self.broker_name,
+                cluster=self.cluster,
+                broker_addr=self._broker_addr,
+                auto_create_topic=self.auto_create_topic,
+                max_message_size=self.max_message_size,
+                notify_consumer_ids_changed=self.notify_consumer_ids_changed,
+            )
+            system = self._ensure_system_topics()
+            self.processors = BrokerProcessors(
+                settings,
+                self.store,
+                system_topics=system,
+                on_topics_changed=self._register_routes,
+                lock_expiry=self.lock_expiry,
+                channel_expiry=self.channel_expiry,
+                hold_check_interval=self.hold_check_interval,
+            )
+            self._broker_server.on_connection_closed(self.processors.connection_closed)
+            self.store.add_listener(self.processors.on_message_arrived)
+            await self.processors.start()
+            self.store.start()
+            self._register_routes()
+            loop = asyncio.get_running_loop()
+            self._tasks.append(loop.create_task(self._scan_clients(), name="rmqk-client-scan"))
+            self.running = True
+        except BaseException:
+            await self._shutdown()
+            raise
+        log.info(
+            "embedded broker %s (%s) on %s, name server on %s, data in %s",
+            self.broker_name,
+            self.cluster,
+            self._broker_addr,
+            self._namesrv_addr,
+            self.data_dir,
+        )
+        return self
+
+    async def stop(self) -> None:
+        if not self.running and self.namesrv is None:
+            return
+        self.running = False
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self._broker_server is not None:
+            await self._broker_server.stop()
+            self._broker_server = None
+        if self.processors is not None:
+            await self.processors.stop()
+            self.processors = None
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.stop()
+            self.store.close()
+            self.store = None
+        if self.namesrv is not None:
+            await self.namesrv.stop()
+            self.namesrv = None
+
+    async def __aenter__(self) -> EmbeddedBroker:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _handle(self, conn: Any, request: Any, serialize_type: int) -> Any:
+        processors = self.processors
+        if processors is None:
+            return None
+        return await processors.handle(conn, request, serialize_type)
+
+    async def _scan_clients(self) -> None:
+        period = max(0.05, min(10.0, self.channel_expiry / 4))
+        while True:
+            await asyncio.sleep(period)
+            if self.processors is not None:
+                self.processors.clients.scan_expired()
+
+    # -- topics ------------------------------------------------------------------
+
+    def _ensure_system_topics(self) -> list[str]:
+        """The topics Apache's TopicConfigManager always has (persisted values win)."""
+        from rmqk.plugins.broker.store.topics import TopicConfig
+
+        rw = PERM_READ | PERM_WRITE
+        wanted = [
+            TopicConfig("SELF_TEST_TOPIC", 1, 1),
+            TopicConfig("BenchmarkTest", 1024, 1024),
+            TopicConfig(self.cluster, 16, 16, perm=rw | PERM_INHERIT),
+            TopicConfig(self.broker_name, 1, 1, perm=rw | PERM_INHERIT),
+            TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
+            TopicConfig("SCHEDULE_TOPIC_XXXX", 18, 18),
+            TopicConfig(f"{self.cluster}_REPLY_TOPIC", 1, 1),
+        ]
+        if self.auto_create_topic:
+            wanted.append(TopicConfig("TBW102", 8, 8, perm=rw | PERM_INHERIT))
+        names = [cfg.topic_name for cfg in wanted] + ["TBW102"]
+        topics = self.store.topics
+        for cfg in wanted:
+            if topics.get(cfg.topic_name) is None:
+                topics.put(cfg)
+        return names
+
+    def _register_routes(self) -> None:
+        from rmqk.plugins.broker.namesrv import TopicQueueConfig
+
+        if self.namesrv is None or self.store is None:
+            return
+        self.namesrv.routes.register_broker(
+            self.cluster,
+            self.broker_addr,
+            self.broker_name,
+            0,
+            [
+                TopicQueueConfig(
+                    cfg.topic_name,
+                    cfg.read_queue_nums,
+                    cfg.write_queue_nums,
+                    cfg.perm,
+                    cfg.topic_sys_flag,
+                )
+                for cfg in self.store.topics.all()
+            ],
+        )
+
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        queues: int = 4,
+        read_queues: int | None = None,
+        write_queues: int | None = None,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+    ) -> None:
+        """Create or update a topic, as UPDATE_AND_CREATE_TOPIC does."""
+        from rmqk.plugins.broker.store.topics import TopicConfig
+
+        if self.store is None:
+            raise RmqkError("the embedded broker is not started")
+        self.store.topics.put(
+            TopicConfig(
+                topic,
+                read_queues if read_queues is not None else queues,
+                write_queues if write_queues is not None else queues,
+                perm=perm,
+                order=order,
+            )
+        )
+        self._register_routes()
+
+    # -- threads -----------------------------------------------------------------
+
+    @classmethod
+    def run_in_thread(
+        cls, data_dir: str | os.PathLike[str], *, start_timeout: float = 30.0, **options: Any
+    ) -> BrokerThread:
+        """Start a broker on its own event loop in a daemon thread; returns once it listens."""
+        handle = BrokerThread(cls(data_dir, **options))
+        handle.start(start_timeout)
+        return handle
+
+
+class BrokerThread:
+    """An :class:`EmbeddedBroker` running in a background thread (sync tests, the CLI)."""
+
+    def __init__(self, broker: EmbeddedBroker) -> None:
+        self.broker = broker
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stopped: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.broker.namesrv_addr
+
+    @property
+    def broker_addr(self) -> str:
+        return self.broker.broker_addr
+
+    @property
+    def broker_name(self) -> str:
+        return self.broker.broker_name
+
+    @property
+    def cluster(self) -> str:
+        return self.broker.cluster
+
+    def start(self, timeout: float = 30.0) -> None:
+        self._thread = threading.Thread(target=self._main, name="rmqk-embedded-broker", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RmqkError(f"the embedded broker did not start within {timeout} s")
+        if self._error is not None:
+            raise RmqkError(f"the embedded broker failed to start: {self._error}") from self._error
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stopped = asyncio.Event()
+        try:
+            await self.broker.start()
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            await self._stopped.wait()
+        finally:
+            await self.broker.stop()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        """Run a coroutine on the broker's loop and return its result."""
+        if self.loop is None:
+            raise RmqkError("the embedded broker thread is not running")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        loop, stopped, thread = self.loop, self._stopped, self._thread
+        if loop is None or stopped is None or thread is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(stopped.set)
+        thread.join(timeout)
+        if thread.is_alive():
+            raise RmqkError(f"the embedded broker thread did not stop within {timeout} s")
+        self._thread = None
+
+    def __enter__(self) -> BrokerThread:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _delay_levels_text(levels: str | Sequence[int]) -> str:
+    """Delay levels as the store takes them: Apache's ``"1s 5s ..."`` text (ints are ms)."""
+    if isinstance(levels, str):
+        return levels
+    return " ".join(f"{int(ms)}ms" for ms in levels)
+
+
+@hookimpl
+def rmqk_register_commands(register: Register) -> None:
+    from rmqk.plugins.broker.cli import ADMIN_COMMAND, BROKER_COMMAND
+
+    register("broker", BROKER_COMMAND)
+    register("admin", ADMIN_COMMAND)

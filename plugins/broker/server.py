@@ -1,0 +1,497 @@
+"""The asyncio remoting server the embedded name server and broker run on.
+
+One :class:`Connection` per TCP peer: it reads frames, hands requests to the
+server's dispatcher in arrival order (like Apache's single-threaded processor
+pools, so one producer's sends are stored in order), matches responses to the
+requests this side sent (by opaque), and writes every response in the serialize
+type of the request it answers. A malformed frame closes that connection only.
+
+:class:`Connection` is also the client side of ``rmqk admin``: :func:`connect`
+opens one to any 4.9 name server or broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from rmqk.errors import FrameError, RemotingConnectError, RemotingTimeoutError
+from rmqk.protocol import (
+    RPC_ONEWAY,
+    RPC_TYPE_RESPONSE,
+    LanguageCode,
+    RemotingCommand,
+    ResponseCode,
+    stringify_fields,
+)
+
+__all__ = [
+    "APACHE_VERSION",
+    "Connection",
+    "HeaderError",
+    "Headers",
+    "RemotingServer",
+    "RequestHandler",
+    "connect",
+    "make_request",
+    "make_response",
+]
+
+log = logging.getLogger("rmqk.broker.server")
+
+# What an Apache 4.9.8 server puts in the version field (MQVersion.Version.V4_9_8.ordinal()).
+APACHE_VERSION = 409
+SERIALIZE_JSON = 0
+
+RequestHandler = Callable[["Connection", RemotingCommand, int], Awaitable[RemotingCommand | None]]
+
+
+def _codec() -> Any:
+    # Imported lazily: the frame codec is a sibling plugin and importing it at
+    # module import time would make the broker plugin's registration depend on it.
+    from rmqk.plugins.remoting import frame
+
+    return frame
+
+
+def make_response(
+    request: RemotingCommand,
+    code: int = ResponseCode.SUCCESS,
+    remark: str | None = None,
+    fields: Mapping[str, object] | None = None,
+    body: bytes = b"",
+) -> RemotingCommand:
+    """A response as an Apache server writes it: language JAVA, version 4.9.8."""
+    return RemotingCommand(
+        code,
+        ext_fields=stringify_fields(fields or {}),
+        body=body,
+        remark=remark,
+        opaque=request.opaque,
+        flag=RPC_TYPE_RESPONSE,
+        language=LanguageCode.JAVA,
+        version=APACHE_VERSION,
+    )
+
+
+def make_request(
+    code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
+) -> RemotingCommand:
+    """A request this side sends (broker→client, or admin→server)."""
+    return RemotingCommand(
+        code,
+        ext_fields=stringify_fields(fields or {}),
+        body=body,
+        language=LanguageCode.JAVA,
+        version=APACHE_VERSION,
+    )
+
+
+class HeaderError(Exception):
+    """A request header Apache would fail to decode; answered with SYSTEM_ERROR and this remark."""
+
+    def __init__(self, remark: str) -> None:
+        super().__init__(remark)
+        self.remark = remark
+
+
+_NULL_FIELD = (
+    "org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom field <{}> is null"
+)
+_NPE = "java.lang.NullPointerException"
+
+
+class Headers:
+    """Typed reads of a request's ``extFields`` with Apache's failure remarks.
+
+    A missing ``@CFNotNull`` field fails the decode with RemotingCommandException;
+    a field that does not parse as a number is left null by Java, which then
+    fails with a NullPointerException where it is used.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, request: RemotingCommand) -> None:
+        self._fields = request.ext_fields
+
+    def require(self, *names: str) -> None:
+        for name in names:
+            if self._fields.get(name) is None:
+                raise HeaderError(_NULL_FIELD.format(name))
+
+    def text(self, name: str) -> str:
+        value = self._fields.get(name)
+        if value is None:
+            raise HeaderError(_NULL_FIELD.format(name))
+        return value
+
+    def opt_text(self, name: str) -> str | None:
+        return self._fields.get(name)
+
+    def number(self, name: str) -> int:
+        value = self._fields.get(name)
+        if value is None:
+            raise HeaderError(_NULL_FIELD.format(name))
+        return _parse_int(value)
+
+    def opt_number(self, name: str, default: int | None = None) -> int | None:
+        value = self._fields.get(name)
+        if value is None:
+            return default
+        try:
+            return int(value.strip())
+        except ValueError:
+            return default
+
+    def lenient_number(self, name: str) -> int:
+        """A required number of a fast-decoded header: missing or bad is a null dereference."""
+        value = self._fields.get(name)
+        if value is None:
+            raise HeaderError(_NPE)
+        return _parse_int(value)
+
+    def boolean(self, name: str, default: bool = False) -> bool:
+        value = self._fields.get(name)
+        if value is None:
+            return default
+        return value.strip().lower() == "true"
+
+    def opt_boolean(self, name: str) -> bool | None:
+        value = self._fields.get(name)
+        if value is None:
+            return None
+        return value.strip().lower() == "true"
+
+
+def _parse_int(value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise HeaderError(_NPE) from None
+
+
+def _format_addr(peer: Any) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        if ":" in str(host):
+            return f"[{host}]:{port}"
+        return f"{host}:{port}"
+    return str(peer)
+
+
+class Connection:
+    """One remoting connection, either side."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        handler: RequestHandler | None = None,
+        max_frame_size: int | None = None,
+        label: str = "remoting",
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._handler = handler
+        self._max_frame_size = max_frame_size
+        self.label = label
+        self.remote_addr = _format_addr(writer.get_extra_info("peername"))
+        self.local_addr = _format_addr(writer.get_extra_info("sockname"))
+        self.last_activity = time.monotonic()
+        self.closed = False
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._close_callbacks: list[Callable[[Connection], None]] = []
+        self._closed_event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.label} {self.local_addr}<->{self.remote_addr}>"
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        self._task = asyncio.get_running_loop().create_task(
+            self.run(), name=f"rmqk-{self.label}-{self.remote_addr}"
+        )
+        return self._task
+
+    def add_close_callback(self, callback: Callable[[Connection], None]) -> None:
+        if self.closed:
+            callback(self)
+        else:
+            self._close_callbacks.append(callback)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(
+                    RemotingConnectError(f"connection to {self.remote_addr} closed")
+                )
+        self._pending.clear()
+        self._closed_event.set()
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("close callback of %r failed", self)
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    # -- reading ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        codec = _codec()
+        max_size = self._max_frame_size or codec.MAX_FRAME_SIZE
+        reader = self._reader
+        try:
+            while not self.closed:
+                try:
+                    prefix = await reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                    return
+                length = int.from_bytes(prefix, "big", signed=True)
+                # Netty counts the length word itself against the frame limit.
+                if length < 4 or length + 4 > max_size:
+                    log.warning(
+                        "%r: frame length %d outside [4, %d]; closing the connection",
+                        self,
+                        length,
+                        max_size,
+                    )
+                    return
+                try:
+                    frame = await reader.readexactly(length)
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                    return
+                self.last_activity = time.monotonic()
+                try:
+                    decoded = codec.decode_frame_typed(frame)
+                except FrameError as exc:
+                    log.warning("%r: malformed frame (%s); closing the connection", self, exc)
+                    return
+                except Exception as exc:
+                    log.warning("%r: undecodable frame (%r); closing the connection", self, exc)
+                    return
+                command = decoded.command
+                if command.flag & RPC_TYPE_RESPONSE:
+                    self._on_response(command)
+                else:
+                    await self._on_request(command, int(decoded.serialize_type))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%r: read loop failed", self)
+        finally:
+            self.close()
+
+    def _on_response(self, response: RemotingCommand) -> None:
+        future = self._pending.pop(response.opaque, None)
+        if future is None:
+            log.debug("%r: response with unknown opaque %d dropped", self, response.opaque)
+            return
+        if not future.done():
+            future.set_result(response)
+
+    async def _on_request(self, request: RemotingCommand, serialize_type: int) -> None:
+        handler = self._handler
+        if handler is None:
+            response: RemotingCommand | None = make_response(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {request.code} not supported",
+            )
+        else:
+            try:
+                response = await handler(self, request, serialize_type)
+            except HeaderError as exc:
+                response = make_response(request, ResponseCode.SYSTEM_ERROR, exc.remark)
+            except Exception as exc:
+                log.exception("%r: processing request code %d failed", self, request.code)
+                response = make_response(
+                    request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+                )
+        if response is None or request.flag & RPC_ONEWAY:
+            return
+        self.send(response, serialize_type)
+        if self._writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
+            with contextlib.suppress(ConnectionError, OSError):
+                await self._writer.drain()
+
+    # -- writing ---------------------------------------------------------------
+
+    def send(self, command: RemotingCommand, serialize_type: int = SERIALIZE_JSON) -> bool:
+        """Write one command; False when the connection is already closed."""
+        if self.closed:
+            return False
+        codec = _codec()
+        try:
+            data = codec.encode_frame(command, codec.SerializeType(serialize_type))
+        except ValueError as exc:
+            log.error("%r: cannot encode command code %d: %s", self, command.code, exc)
+            return False
+        try:
+            self._writer.write(data)
+        except (ConnectionError, OSError, RuntimeError):
+            self.close()
+            return False
+        self.last_activity = time.monotonic()
+        return True
+
+    def respond(
+        self, request: RemotingCommand, response: RemotingCommand, serialize_type: int
+    ) -> bool:
+        """Answer a request later than its handler returned (held pulls, relayed calls)."""
+        if request.flag & RPC_ONEWAY:
+            return False
+        response.opaque = request.opaque
+        response.flag |= RPC_TYPE_RESPONSE
+        return self.send(response, serialize_type)
+
+    async def request(
+        self,
+        command: RemotingCommand,
+        timeout: float,
+        serialize_type: int = SERIALIZE_JSON,
+    ) -> RemotingCommand:
+        """Send a request and wait for its response (invokeSync)."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[command.opaque] = future
+        if not self.send(command, serialize_type):
+            self._pending.pop(command.opaque, None)
+            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"wait response on the channel <{self.remote_addr}> timeout, "
+                f"{int(timeout * 1000)}(ms)"
+            ) from None
+        finally:
+            self._pending.pop(command.opaque, None)
+
+    def oneway(self, command: RemotingCommand, serialize_type: int = SERIALIZE_JSON) -> bool:
+        command.flag |= RPC_ONEWAY
+        return self.send(command, serialize_type)
+
+
+async def connect(
+    addr: str,
+    *,
+    timeout: float = 3.0,
+    handler: RequestHandler | None = None,
+    label: str = "client",
+) -> Connection:
+    """Open a connection to ``host:port`` (``[v6]:port`` for IPv6)."""
+    host, sep, port_text = addr.strip().rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise RemotingConnectError(f"address {addr!r} is not host:port")
+    host = host.strip("[]")
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port_text)), timeout
+        )
+    except (TimeoutError, OSError) as exc:
+        raise RemotingConnectError(f"connect to {addr} failed: {exc}") from exc
+    conn = Connection(reader, writer, handler=handler, label=label)
+    conn.start()
+    return conn
+
+
+class RemotingServer:
+    """Accepts connections on one port and dispatches their requests to ``handler``.
+
+    Connections silent for ``idle_timeout`` seconds (no frame in either
+    direction) are closed, as Netty's IdleStateHandler does on Apache servers.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        handler: RequestHandler,
+        *,
+        idle_timeout: float = 120.0,
+        max_frame_size: int | None = None,
+    ) -> None:
+        self.name = name
+        self._handler = handler
+        self._idle_timeout = idle_timeout
+        self._max_frame_size = max_frame_size
+        self._server: asyncio.Server | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+        self.connections: set[Connection] = set()
+        self._close_listeners: list[Callable[[Connection], None]] = []
+        self.host = ""
+        self.port = 0
+
+    def on_connection_closed(self, listener: Callable[[Connection], None]) -> None:
+        self._close_listeners.append(listener)
+
+    async def start(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._accept, host, port)
+        sockets = self._server.sockets or ()
+        self.host = host
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        self._idle_task = asyncio.get_running_loop().create_task(
+            self._idle_loop(), name=f"rmqk-{self.name}-idle"
+        )
+        log.info("%s listening on %s:%d", self.name, host, self.port)
+        return self.port
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(
+            reader,
+            writer,
+            handler=self._handler,
+            max_frame_size=self._max_frame_size,
+            label=self.name,
+        )
+        self.connections.add(conn)
+        conn.add_close_callback(self._closed)
+        await conn.run()
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for listener in self._close_listeners:
+            try:
+                listener(conn)
+            except Exception:
+                log.exception("%s: connection-closed listener failed", self.name)
+
+    async def _idle_loop(self) -> None:
+        period = max(0.05, min(10.0, self._idle_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            deadline = time.monotonic() - self._idle_timeout
+            for conn in list(self.connections):
+                if conn.last_activity < deadline:
+                    log.info("%s: closing idle connection %r", self.name, conn)
+                    conn.close()
+
+    async def stop(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._idle_task
+            self._idle_task = None
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None

@@ -1,0 +1,1078 @@
+"""The embedded broker's message store (Apache's DefaultMessageStore, in Python).
+
+Layout under ``root``::
+
+    commitlog/<20-digit offset>            records, in the pull-response layout
+    consumequeue/<topic>/<qid>/<20 digits> 20-byte entries per queue offset
+    config/consumerOffset.json             committed consumer offsets
+    config/topics.json                     topic configs
+    config/delayOffset.json                delay-level delivery progress
+    checkpoint.json                        what is known durable (see recovery.py)
+    lock                                   held (flock) while the store is open
+
+Who encodes what: the caller gives message fields; the store encodes the record
+with the remoting codec's ``encode_stored_message`` before taking its lock (with
+placeholder offsets and store time) and, under the lock, patches the queue
+offset, commit log offset and store timestamp in place with
+``patch_stored_message``, as Java's CommitLog encodes outside its put lock and
+fixes those fields inside it. A pull then copies records out of the log as they
+are.
+
+Threads: writes (puts, deliveries, retention) are serialised by one lock and may
+come from any thread; reads (``get_messages`` and the lookups) take no lock and
+are meant for the broker's event loop thread, the one that also writes. A
+background thread fsyncs every ``flush_interval`` seconds and writes the
+checkpoint and the JSON documents. With ``flush="sync"`` a put returns only after
+its bytes are fsynced (consume queues are derived data, rebuilt by recovery, so
+they are fsynced by the background flush, not per put).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import fcntl
+import functools
+import logging
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+
+from rmqk.errors import FrameError
+from rmqk.message import MessageProperty, offset_msg_id, parse_properties
+from rmqk.model import java_string_hash
+from rmqk.plugins.remoting.message_codec import (
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    decode_message,
+    encode_stored_message,
+    java_properties_string,
+    patch_stored_message,
+)
+
+from . import recovery
+from .commitlog import END_BLANK_MIN, CommitLog
+from .consumequeue import ENTRY, ConsumeQueue
+from .files import StoreError, fsync_dir
+from .offsets import ConsumerOffsets
+from .records import MIN_RECORD_SIZE, read_total_and_magic, store_timestamp_of
+from .schedule import SCHEDULE_TOPIC, ScheduleService, parse_delay_levels
+from .topics import TopicConfigs
+
+__all__ = [
+    "GetMessageStatus",
+    "GetResult",
+    "MessageStore",
+    "PutMessageStatus",
+    "PutResult",
+    "StoreStats",
+]
+
+log = logging.getLogger("rmqk.broker.store")
+
+# TopicValidator (4.9.8): allowed characters and the V1 record's one-byte length.
+_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_MAX_LENGTH = 127
+_PROPERTIES_MAX = 0x7FFF
+_TRANSACTION_MASK = 0xC
+_TRANSACTION_COMMIT = 0x8
+# DefaultMessageStore.getMessage scans at most max(16000, maxMsgNums * 20) bytes of
+# consume queue per call, i.e. 800 entries unless more messages were asked for.
+_MIN_SCAN_ENTRIES = 800
+_OFFSETS_PERSIST_INTERVAL = 5.0  # flushConsumerOffsetInterval
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class PutMessageStatus(enum.Enum):
+    """Java's PutMessageStatus values that this store can produce."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@attrs.frozen
+class PutResult:
+    ok: bool
+    commit_log_offset: int
+    queue_offset: int
+    store_timestamp: int
+    msg_id: str  # the offset message id
+    size: int
+    error: str | None
+    status: PutMessageStatus = PutMessageStatus.PUT_OK
+    topic: str = ""  # where it was stored: SCHEDULE_TOPIC_XXXX for a delayed message
+    queue_id: int = -1
+
+
+@attrs.frozen
+class GetResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: tuple[bytes, ...]  # each a complete stored record
+    total_size: int
+
+
+@attrs.frozen
+class StoreStats:
+    """Figures for the broker's runtime info and for tests."""
+
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    segments: int
+    queues: int
+    recovery: recovery.RecoveryReport | None
+
+
+class BatchMessage(Protocol):
+    """One message of a batch: the codec's ``BatchEntry`` fits."""
+
+    @property
+    def flag(self) -> int: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def properties_raw(self) -> str: ...
+
+
+def _failed(status: PutMessageStatus, error: str) -> PutResult:
+    return PutResult(False, -1, -1, 0, "", 0, error, status)
+
+
+@functools.lru_cache(maxsize=8192)
+def _tag_hash(tags: str) -> int:
+    return java_string_hash(tags)
+
+
+def tags_code_of(properties_raw: str) -> int:
+    """The consume queue tag code of a message: Java's hashCode of TAGS, 0 without tags."""
+    key = MessageProperty.TAGS + "\x01"
+    i = properties_raw.find(key)
+    while i > 0 and properties_raw[i - 1] != "\x02":
+        i = properties_raw.find(key, i + 1)
+    if i < 0:
+        return 0
+    start = i + len(key)
+    end = properties_raw.find("\x02", start)
+    value = properties_raw[start:] if end < 0 else properties_raw[start:end]
+    return _tag_hash(value) if value else 0
+
+
+@functools.lru_cache(maxsize=256)
+def _entries_struct(count: int) -> struct.Struct:
+    """``count`` consume queue entries unpacked at once into one flat tuple."""
+    return struct.Struct(">" + "qiq" * count)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        flush: str = "async",
+        segment_size: int = 64 * 1024 * 1024,
+        cq_entries_per_file: int = 300_000,
+        store_host: str = "127.0.0.1:10911",
+        delay_levels: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        max_message_size: int = 4 * 1024 * 1024,
+        flush_interval: float = 0.5,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if flush not in ("async", "sync"):
+            raise ValueError(f"flush must be 'async' or 'sync', got {flush!r}")
+        if max_message_size + END_BLANK_MIN > segment_size:
+            raise ValueError(
+                f"segment_size {segment_size} cannot hold a message of max_message_size "
+                f"{max_message_size}: make segment_size at least max_message_size + 8"
+            )
+        self.root = Path(root)
+        self.flush_mode = flush
+        self.segment_size = segment_size
+        self.cq_entries_per_file = cq_entries_per_file
+        self.store_host = store_host
+        self.max_message_size = max_message_size
+        self.flush_interval = flush_interval
+        self.now_ms: Callable[[], int] = clock or _now_ms
+        self._msg_id_prefix = offset_msg_id(store_host, 0)[:-16]
+        self.commit_log = CommitLog(self.root / "commitlog", segment_size)
+        self._cq_root = self.root / "consumequeue"
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._topic_queues: dict[str, dict[int, ConsumeQueue]] = {}
+        config = self.root / "config"
+        self.consumer_offsets = ConsumerOffsets(config / "consumerOffset.json")
+        self.topics = TopicConfigs(config / "topics.json", self.now_ms)
+        self.schedule = ScheduleService(
+            self, parse_delay_levels(delay_levels), config / "delayOffset.json"
+        )
+        self._listeners: list[Callable[[str, int, int], None]] = []
+        self._lock = threading.Lock()  # writers
+        self._flush_lock = threading.Lock()  # fsyncs and file removal
+        self._dispatched = 0  # commit log offset up to which queues are written
+        self._checkpointed: recovery.Checkpoint | None = None
+        self._opened = False
+        self._writable = False
+        self._lock_fd: int | None = None
+        self._flusher: threading.Thread | None = None
+        self._stop_flusher = threading.Event()
+        self._schedule_task: asyncio.Task[None] | None = None
+        self.last_recovery: recovery.RecoveryReport | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Load everything, recover from a crash if there was one, start flushing."""
+        if self._opened:
+            raise StoreError(f"message store at {self.root} is already open")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise StoreError(
+                f"message store at {self.root} is in use by another store instance or process"
+            ) from None
+        try:
+            self._load()
+        except BaseException:
+            self._close_files()
+            raise
+        self._opened = True
+        self._writable = True
+        self._stop_flusher.clear()
+        self._flusher = threading.Thread(
+            target=self._flush_loop, name=f"rmqk-store-flush:{self.root.name}", daemon=True
+        )
+        self._flusher.start()
+
+    def _load(self) -> None:
+        self.commit_log.load()
+        self._cq_root.mkdir(parents=True, exist_ok=True)
+        for topic_dir in sorted(self._cq_root.iterdir()):
+            if not topic_dir.is_dir():
+                raise StoreError(f"unexpected file in consume queue directory: {topic_dir}")
+            for qid_dir in sorted(topic_dir.iterdir()):
+                if not (qid_dir.is_dir() and qid_dir.name.isdigit()):
+                    raise StoreError(f"unexpected entry in consume queue directory: {qid_dir}")
+                cq = ConsumeQueue(
+                    qid_dir, topic_dir.name, int(qid_dir.name), self.cq_entries_per_file
+                )
+                cq.load()
+                self._register_queue(cq)
+        checkpoint = recovery.read_checkpoint(self.root / "checkpoint.json")
+        report = recovery.recover(
+            self.commit_log,
+            self._queues,
+            checkpoint,
+            self._new_queue,
+            self._recovered_tags_code,
+        )
+        self.last_recovery = report
+        if report.truncated_from is not None:
+            log.warning(
+                "commit log recovered: torn or invalid data at offset %d removed",
+                report.truncated_from,
+            )
+        self._dispatched = self.commit_log.write_offset
+        # Records recovery walked over may exist only in the page cache of the process
+        # that died: fsync them before the checkpoint below vouches for them.
+        self.commit_log.synced_offset = min(report.scan_start, self.commit_log.write_offset)
+        self.commit_log.sync(self.commit_log.write_offset)
+        self.consumer_offsets.load()
+        self.topics.load()
+        self.schedule.load()
+        # The recovered state is what is on disk now: record it so the next open
+        # starts from here even if this process dies before its first flush.
+        self._write_checkpoint(force=True)
+
+    def close(self) -> None:
+        """Flush everything and release the files. Safe to call twice."""
+        if not self._opened:
+            return
+        self._writable = False
+        self._stop_flusher.set()
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+        try:
+            self.flush()
+            self.consumer_offsets.persist()
+            self.schedule.persist()
+        finally:
+            self._opened = False
+            self._close_files()
+
+    def _close_files(self) -> None:
+        with self._flush_lock, self._lock:
+            self.commit_log.close()
+            for cq in self._queues.values():
+                cq.close()
+            self._queues.clear()
+            self._topic_queues.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # also releases the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> MessageStore:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------- async services
+
+    def start(self) -> None:
+        """Start the delay-level scheduler in the running event loop."""
+        if self._schedule_task is None or self._schedule_task.done():
+            self._schedule_task = asyncio.get_running_loop().create_task(
+                self.run_schedule(), name="rmqk-store-schedule"
+            )
+
+    async def stop(self) -> None:
+        task, self._schedule_task = self._schedule_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run_schedule(self) -> None:
+        """Deliver delayed messages when they are due, until cancelled."""
+        await self.schedule.run()
+
+    def add_listener(self, callback: Callable[[str, int, int], None]) -> None:
+        """Call ``callback(topic, queue_id, new_max_offset)`` after every dispatch."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[str, int, int], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(callback)
+
+    # ------------------------------------------------------------------- writing
+
+    def put_message(
+        self,
+        *,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        flag: int,
+        properties_raw: str,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str,
+        reconsume_times: int = 0,
+        tags_code: int | None = None,
+    ) -> PutResult:
+        """Store one message (CommitLog.putMessage), delaying it when it asks to be.
+
+        A message with ``DELAY`` > 0 (and no transaction or a committed one) is
+        stored in SCHEDULE_TOPIC_XXXX queue ``level - 1`` with ``REAL_TOPIC`` and
+        ``REAL_QID`` added, the level capped at the highest one; the schedule
+        service puts it back in ``topic`` when due. ``tags_code`` defaults to the
+        hash of the ``TAGS`` property (recovery always recomputes it that way).
+        """
+        problem = self._check_writable() or _check_destination(topic, queue_id)
+        if problem is not None:
+            return problem
+        delay_level = 0
+        if "DELAY\x01" in properties_raw and sys_flag & _TRANSACTION_MASK in (
+            0,
+            _TRANSACTION_COMMIT,
+        ):
+            props = parse_properties(properties_raw)
+            text = props.get(MessageProperty.DELAY_TIME_LEVEL, "0")
+            try:
+                delay_level = int(text)
+            except ValueError:
+                return _failed(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    f"the DELAY property must be an integer delay level, got {text!r}",
+                )
+            if delay_level > 0:
+                delay_level = min(delay_level, self.schedule.max_level)
+                props[MessageProperty.DELAY_TIME_LEVEL] = str(delay_level)
+                props[MessageProperty.REAL_TOPIC] = topic
+                props[MessageProperty.REAL_QUEUE_ID] = str(queue_id)
+                properties_raw = java_properties_string(props)
+                topic, queue_id = SCHEDULE_TOPIC, delay_level - 1
+        encoded = self._encode(
+            topic,
+            queue_id,
+            body,
+            flag,
+            properties_raw,
+            sys_flag,
+            born_timestamp,
+            born_host,
+            reconsume_times,
+        )
+        if isinstance(encoded, PutResult):
+            return encoded
+        if delay_level <= 0 and tags_code is None:
+            tags_code = tags_code_of(properties_raw)
+        return self._append(topic, queue_id, [encoded], [tags_code or 0], delay_level)[0]
+
+    def put_messages_batch(
+        self,
+        *,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[BatchMessage],
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str,
+        reconsume_times: int = 0,
+    ) -> list[PutResult]:
+        """Store a SEND_BATCH_MESSAGE batch contiguously with consecutive queue offsets.
+
+        All or nothing: on any problem every result carries the same error. As on
+        Apache, messages of a batch are never delayed (a broker rejects a batch
+        whose request carries ``DELAY``; a ``DELAY`` inside one is stored as is),
+        and the whole batch must fit within ``max_message_size``.
+        """
+        if not messages:
+            return []
+        problem = self._check_writable() or _check_destination(topic, queue_id)
+        records: list[bytes] = []
+        tags: list[int] = []
+        if problem is None:
+            for index, message in enumerate(messages):
+                encoded = self._encode(
+                    topic,
+                    queue_id,
+                    message.body,
+                    message.flag,
+                    message.properties_raw,
+                    sys_flag,
+                    born_timestamp,
+                    born_host,
+                    reconsume_times,
+                )
+                if isinstance(encoded, PutResult):
+                    problem = _failed(encoded.status, f"batch message #{index}: {encoded.error}")
+                    break
+                records.append(encoded)
+                tags.append(tags_code_of(message.properties_raw))
+        if problem is None:
+            total = sum(len(r) for r in records)
+            if total > self.max_message_size:
+                problem = _failed(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    f"batch of {total} bytes exceeds max_message_size {self.max_message_size}",
+                )
+        if problem is not None:
+            return [problem] * len(messages)
+        return self._append(topic, queue_id, records, tags, 0)
+
+    def _check_writable(self) -> PutResult | None:
+        if not self._opened:
+            return _failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is not open")
+        if not self._writable:
+            return _failed(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                "message store is not writable after a write error; restart it to recover",
+            )
+        return None
+
+    def _encode(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        flag: int,
+        properties_raw: str,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str,
+        reconsume_times: int,
+    ) -> bytes | PutResult:
+        if len(properties_raw) > _PROPERTIES_MAX // 3:
+            props_len = len(properties_raw.encode("utf-8"))
+            if props_len > _PROPERTIES_MAX:
+                return _failed(
+                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                    f"properties of {props_len} bytes exceed {_PROPERTIES_MAX}",
+                )
+        try:
+            record = encode_stored_message(
+                topic=topic,
+                body=body,
+                flag=flag,
+                queue_id=queue_id,
+                sys_flag=sys_flag,
+                born_timestamp=born_timestamp,
+                born_host=born_host,
+                store_host=self.store_host,
+                reconsume_times=reconsume_times,
+                properties_raw=properties_raw,
+            )
+        except ValueError as exc:
+            return _failed(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
+        if len(record) > self.max_message_size:
+            return _failed(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                f"message of {len(record)} bytes (stored) exceeds max_message_size "
+                f"{self.max_message_size}",
+            )
+        return record
+
+    def _append(
+        self,
+        topic: str,
+        queue_id: int,
+        records: list[bytes],
+        tags: list[int],
+        delay_level: int,
+    ) -> list[PutResult]:
+        sizes = [len(r) for r in records]
+        total = sum(sizes)
+        results: list[PutResult] = []
+        with self._lock:
+            if not self._writable:
+                refused = self._check_writable() or _failed(PutMessageStatus.UNKNOWN_ERROR, "")
+                return [refused] * len(records)
+            try:
+                cq = self._queue_for_write(topic, queue_id)
+                store_ts = self.now_ms()
+                first_qoff = cq.max_offset
+                offset = self.commit_log.reserve(total)
+            except OSError as exc:
+                log.exception("cannot create a store file")
+                failure = _failed(
+                    PutMessageStatus.CREATE_MAPEDFILE_FAILED, f"cannot create a store file: {exc}"
+                )
+                return [failure] * len(records)
+            buf = bytearray(records[0]) if len(records) == 1 else bytearray(b"".join(records))
+            pos = 0
+            for i, size in enumerate(sizes):
+                patch_stored_message(
+                    buf,
+                    pos,
+                    queue_offset=first_qoff + i,
+                    commit_log_offset=offset + pos,
+                    store_timestamp=store_ts,
+                )
+                pos += size
+            try:
+                self.commit_log.write(offset, bytes(buf))
+            except OSError as exc:
+                log.exception("commit log write failed")
+                return [
+                    _failed(PutMessageStatus.UNKNOWN_ERROR, f"commit log write failed: {exc}")
+                ] * len(records)
+            try:
+                pos = 0
+                for i, size in enumerate(sizes):
+                    code = tags[i]
+                    if delay_level:
+                        code = store_ts + self.schedule.delay_of(delay_level)
+                    cq.append(offset + pos, size, code)
+                    results.append(
+                        PutResult(
+                            True,
+                            offset + pos,
+                            first_qoff + i,
+                            store_ts,
+                            f"{self._msg_id_prefix}{offset + pos:016X}",
+                            size,
+                            None,
+                            PutMessageStatus.PUT_OK,
+                            topic,
+                            queue_id,
+                        )
+                    )
+                    pos += size
+            except OSError as exc:
+                # The record is in the log but not in its queue: stop writing so that
+                # no later message takes its queue offset; recovery will index it.
+                self._writable = False
+                log.exception("consume queue write failed; the store stops accepting writes")
+                return [
+                    _failed(PutMessageStatus.UNKNOWN_ERROR, f"consume queue write failed: {exc}")
+                ] * len(records)
+            end = offset + total
+            self._dispatched = end
+            new_max = cq.max_offset
+        if self.flush_mode == "sync":
+            try:
+                with self._flush_lock:
+                    self.commit_log.sync(end)
+            except OSError as exc:
+                log.exception("fsync of the commit log failed")
+                return [
+                    attrs.evolve(
+                        r,
+                        ok=False,
+                        status=PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                        error=f"fsync of the commit log failed: {exc}",
+                    )
+                    for r in results
+                ]
+        self._notify(topic, queue_id, new_max)
+        if delay_level:
+            self.schedule.wake()
+        return results
+
+    def _notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for callback in self._listeners:
+            try:
+                callback(topic, queue_id, max_offset)
+            except Exception:
+                log.exception("store listener %r failed", callback)
+
+    def deliver_scheduled(self, commit_log_offset: int, size: int) -> bool:
+        """Put the scheduled record at ``commit_log_offset`` back in its real topic.
+
+        Returns False when it should be tried again later (a store error); a record
+        that is gone or unusable is skipped (True), as Java skips it.
+        """
+        record = self.commit_log.read(commit_log_offset, size)
+        if record is None:
+            return True
+        try:
+            fields, _ = decode_message(record, decompress=False)
+        except FrameError as exc:
+            log.error("scheduled message at %d is unreadable (%s); skipped", commit_log_offset, exc)
+            return True
+        props = parse_properties(fields.properties_raw)
+        real_topic = props.get(MessageProperty.REAL_TOPIC)
+        real_qid_text = props.get(MessageProperty.REAL_QUEUE_ID, "")
+        if not real_topic or not real_qid_text.isdigit():
+            log.error(
+                "scheduled message at %d has no usable REAL_TOPIC/REAL_QID (%r, %r); skipped",
+                commit_log_offset,
+                real_topic,
+                real_qid_text,
+            )
+            return True
+        real_qid = int(real_qid_text)
+        problem = self._check_writable() or _check_destination(real_topic, real_qid)
+        if problem is not None:
+            if problem.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+                return False
+            log.error("scheduled message at %d skipped: %s", commit_log_offset, problem.error)
+            return True
+        encoded = self._encode(
+            real_topic,
+            real_qid,
+            fields.body,
+            fields.flag,
+            fields.properties_raw,
+            fields.sys_flag,
+            fields.born_timestamp,
+            fields.born_host,
+            fields.reconsume_times,
+        )
+        if isinstance(encoded, PutResult):
+            log.error("scheduled message at %d skipped: %s", commit_log_offset, encoded.error)
+            return True
+        result = self._append(
+            real_topic, real_qid, [encoded], [tags_code_of(fields.properties_raw)], 0
+        )[0]
+        return result.ok
+
+    # ------------------------------------------------------------------- queues
+
+    def _register_queue(self, cq: ConsumeQueue) -> None:
+        self._queues[(cq.topic, cq.queue_id)] = cq
+        self._topic_queues.setdefault(cq.topic, {})[cq.queue_id] = cq
+
+    def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = ConsumeQueue(
+            self._cq_root / topic / str(queue_id), topic, queue_id, self.cq_entries_per_file
+        )
+        self._register_queue(cq)
+        return cq
+
+    def _queue_for_write(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            cq = self._new_queue(topic, queue_id)
+            cq.directory.mkdir(parents=True, exist_ok=True)
+            fsync_dir(cq.directory.parent)
+            fsync_dir(self._cq_root)
+        return cq
+
+    def _recovered_tags_code(self, topic: str, properties_raw: str, store_timestamp: int) -> int:
+        if topic == SCHEDULE_TOPIC:
+            text = parse_properties(properties_raw).get(MessageProperty.DELAY_TIME_LEVEL, "")
+            if text.isdigit() and int(text) > 0:
+                return store_timestamp + self.schedule.delay_of(int(text))
+        return tags_code_of(properties_raw)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self._topic_queues.get(topic, ()))
+
+    def queues(self) -> list[tuple[str, int]]:
+        """Every (topic, queue id) that has a consume queue."""
+        return sorted(self._queues)
+
+    # ------------------------------------------------------------------- reading
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        max_total_bytes: int = 256 * 1024,
+        tag_filter: Callable[[int], bool] | None = None,
+    ) -> GetResult:
+        """DefaultMessageStore.getMessage: up to ``max_msgs`` records from ``offset``.
+
+        The first matching message is returned even when it alone exceeds
+        ``max_total_bytes``. Entries whose tag code ``tag_filter`` rejects are
+        skipped, and at most max(800, max_msgs) entries of one consume queue
+        file are examined, so a pull over non-matching messages answers
+        NO_MATCHED_MESSAGE with ``next_begin_offset`` moved past them.
+        An unknown queue answers like an empty one (NO_MESSAGE_IN_QUEUE), since
+        Java creates consume queues on lookup; NO_MATCHED_LOGIC_QUEUE is never
+        produced.
+        """
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0, (), 0)
+        min_offset = cq.min_offset
+        max_offset = cq.max_offset
+        if max_offset == 0:
+            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, 0, (), 0)
+        if offset < min_offset:
+            return GetResult(
+                GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset, (), 0
+            )
+        if offset == max_offset:
+            return GetResult(
+                GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset, (), 0
+            )
+        if offset > max_offset:
+            return GetResult(
+                GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset, (), 0
+            )
+        f = cq.file_for(offset)
+        if f is None:
+            return GetResult(
+                GetMessageStatus.OFFSET_FOUND_NULL,
+                cq.roll_next(offset),
+                min_offset,
+                max_offset,
+                (),
+                0,
+            )
+        available = min(max_offset, f.base_index + cq.entries_per_file) - offset
+        scan = min(available, max(_MIN_SCAN_ENTRIES, max_msgs))
+        start = (offset - f.base_index) * 20
+        entries = f.mm[start : start + scan * 20]
+
+        log_ = self.commit_log
+        seg_size = log_.segment_size
+        segments = log_.segments
+        first_index = log_.first_index
+        records: list[bytes] = []
+        append = records.append
+        total = 0
+        scanned = 0
+        if tag_filter is None and ENTRY.unpack_from(entries)[0] >= log_.min_offset:
+            # The common pull: no filter, nothing removed (entries only grow, so if the
+            # first is still in the log, all are). Only the size cap can stop early.
+            count = min(scan, max(max_msgs, 1))
+            flat = _entries_struct(count).unpack_from(entries)
+            first_phys = flat[0]
+            seg_number = first_phys // seg_size
+            sizes = flat[1::3]
+            total = sum(sizes)
+            if seg_number == flat[-3] // seg_size and (total <= max_total_bytes or count == 1):
+                seg = segments[seg_number - first_index]
+                mm = seg.mm
+                base = seg.base
+                return GetResult(
+                    GetMessageStatus.FOUND,
+                    offset + count,
+                    min_offset,
+                    max_offset,
+                    tuple(
+                        [mm[p - base : p - base + n] for p, n in zip(flat[::3], sizes, strict=True)]
+                    ),
+                    total,
+                )
+            total = 0
+            for phys, size in zip(flat[::3], sizes, strict=True):
+                if total and total + size > max_total_bytes:
+                    break
+                seg = segments[phys // seg_size - first_index]
+                pos = phys - seg.base
+                append(seg.mm[pos : pos + size])
+                total += size
+                scanned += 1
+            return GetResult(
+                GetMessageStatus.FOUND,
+                offset + scanned,
+                min_offset,
+                max_offset,
+                tuple(records),
+                total,
+            )
+        n_segments = len(segments)
+        write_end = log_.write_offset
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        count = 0
+        skip_below = -1
+        for phys, size, tags in ENTRY.iter_unpack(entries):
+            if phys < skip_below:
+                scanned += 1
+                continue
+            if total and (count >= max_msgs or total + size > max_total_bytes):
+                break
+            if tag_filter is not None and not tag_filter(tags):
+                if not total:
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                scanned += 1
+                continue
+            idx = phys // seg_size - first_index
+            if 0 <= idx < n_segments and size > 0 and phys + size <= write_end:
+                seg = segments[idx]
+                pos = phys - seg.base
+                append(seg.mm[pos : pos + size])
+                total += size
+                count += 1
+                status = GetMessageStatus.FOUND
+                skip_below = -1
+            else:
+                if not total:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                skip_below = phys + seg_size - phys % seg_size
+            scanned += 1
+        return GetResult(status, offset + scanned, min_offset, max_offset, tuple(records), total)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queues.get((topic, queue_id))
+        return 0 if cq is None else cq.min_offset
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queues.get((topic, queue_id))
+        return 0 if cq is None else cq.max_offset
+
+    @property
+    def commit_log_min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    def _store_time(self, phys: int, size: int) -> int:
+        seg = self.commit_log.segment_at(phys)
+        if seg is None or size < MIN_RECORD_SIZE or phys + size > self.commit_log.write_offset:
+            return -1
+        return store_timestamp_of(seg.mm, phys - seg.base)
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the queue's oldest message; -1 if it has none."""
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            return -1
+        entry = cq.entry(cq.min_offset)
+        if entry is None:
+            return -1
+        return self._store_time(entry[0], entry[1])
+
+    def store_time_at(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store time of one message (getMessageStoreTimeStamp); -1 if it is not there."""
+        cq = self._queues.get((topic, queue_id))
+        entry = None if cq is None else cq.entry(queue_offset)
+        return -1 if entry is None else self._store_time(entry[0], entry[1])
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """ConsumeQueue.getOffsetInQueueByTime: a binary search on store timestamps.
+
+        As in Java, the answer is the message stored at ``timestamp_ms`` or, when
+        there is none, the nearer of its two neighbours (the earlier one on a
+        tie); past the last message it is the last message's offset, not the max
+        offset. Unlike Java, which searches one consume queue file, this searches
+        the whole queue, and of several messages stored in the same millisecond
+        it answers the first. 0 for an empty or unknown queue.
+        """
+        cq = self._queues.get((topic, queue_id))
+        if cq is None or cq.max_offset <= cq.min_offset:
+            return 0
+        low, high = cq.min_offset, cq.max_offset - 1
+        log_min = self.commit_log.min_offset
+        left = right = target = -1
+        left_ts = right_ts = -1
+        while high >= low:
+            mid = (low + high) // 2
+            entry = cq.entry(mid)
+            if entry is None:
+                return 0
+            phys, size, _ = entry
+            if phys < log_min:
+                low = mid + 1
+                left = mid
+                continue
+            ts = self._store_time(phys, size)
+            if ts < 0:
+                return 0
+            if ts == timestamp_ms:
+                target = mid
+                break
+            if ts > timestamp_ms:
+                high = mid - 1
+                right, right_ts = mid, ts
+            else:
+                low = mid + 1
+                left, left_ts = mid, ts
+        if target >= 0:
+            while target > cq.min_offset:
+                before = cq.entry(target - 1)
+                if before is None or self._store_time(before[0], before[1]) != timestamp_ms:
+                    break
+                target -= 1
+            return target
+        if left_ts == -1:
+            return right if right >= 0 else cq.min_offset
+        if right_ts == -1:
+            return left
+        return right if abs(timestamp_ms - left_ts) > abs(timestamp_ms - right_ts) else left
+
+    def look_message(self, commit_log_offset: int) -> bytes | None:
+        """The whole record starting at ``commit_log_offset`` (VIEW_MESSAGE_BY_ID)."""
+        log_ = self.commit_log
+        if not log_.min_offset <= commit_log_offset <= log_.write_offset - MIN_RECORD_SIZE:
+            return None
+        seg = log_.segment_at(commit_log_offset)
+        if seg is None:
+            return None
+        total, magic = read_total_and_magic(seg.mm, commit_log_offset - seg.base)
+        if magic not in (MAGIC_CODE_V1, MAGIC_CODE_V2) or total < MIN_RECORD_SIZE:
+            return None
+        return log_.read(commit_log_offset, total)
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_commit_log_before(self, commit_log_offset: int) -> int:
+        """Delete whole commit log segments that end at or before the offset (never the
+        last one). Consume queues keep pointing at them until
+        :meth:`clean_consume_queues`, as between Java's two clean services, so
+        pulls meanwhile answer MESSAGE_WAS_REMOVING. Returns segments deleted."""
+        with self._flush_lock, self._lock:
+            return self.commit_log.delete_segments(commit_log_offset)
+
+    def clean_consume_queues(self) -> int:
+        """Drop consume queue files and entries that precede the commit log's start."""
+        removed = 0
+        with self._flush_lock, self._lock:
+            log_min = self.commit_log.min_offset
+            for cq in self._queues.values():
+                removed += cq.correct_min(log_min)
+        return removed
+
+    def delete_expired(self, max_age_ms: int, *, now_ms: int | None = None) -> int:
+        """Delete segments last written more than ``max_age_ms`` ago (fileReservedTime),
+        then clean the consume queues. Returns segments deleted."""
+        now = self.now_ms() if now_ms is None else now_ms
+        cutoff = -1
+        for seg in list(self.commit_log.segments[:-1]):
+            modified = os.fstat(seg.fd).st_mtime_ns // 1_000_000
+            if now - modified <= max_age_ms:
+                break
+            cutoff = seg.base + self.segment_size
+        removed = self.delete_commit_log_before(cutoff) if cutoff >= 0 else 0
+        if removed:
+            self.clean_consume_queues()
+        return removed
+
+    # ------------------------------------------------------------------- flushing
+
+    def flush(self) -> None:
+        """fsync what was written and record it in the checkpoint."""
+        if not self._opened and self._flusher is None:
+            return
+        with self._flush_lock:
+            with self._lock:
+                dispatched = self._dispatched
+                queues = list(self._queues.values())
+                maxima = tuple((cq.topic, cq.queue_id, cq.max_offset) for cq in queues)
+            self.commit_log.sync(dispatched)
+            for cq in queues:
+                cq.sync()
+            checkpoint = recovery.Checkpoint(dispatched, maxima)
+            if checkpoint != self._checkpointed:
+                recovery.write_checkpoint(self.root / "checkpoint.json", checkpoint)
+                self._checkpointed = checkpoint
+
+    def _write_checkpoint(self, *, force: bool) -> None:
+        maxima = tuple((cq.topic, cq.queue_id, cq.max_offset) for cq in self._queues.values())
+        checkpoint = recovery.Checkpoint(self._dispatched, maxima)
+        if force or checkpoint != self._checkpointed:
+            for cq in self._queues.values():
+                cq.sync()
+            recovery.write_checkpoint(self.root / "checkpoint.json", checkpoint)
+            self._checkpointed = checkpoint
+
+    def _flush_loop(self) -> None:
+        last_documents = time.monotonic()
+        while not self._stop_flusher.wait(self.flush_interval):
+            try:
+                self.flush()
+                if time.monotonic() - last_documents >= _OFFSETS_PERSIST_INTERVAL:
+                    last_documents = time.monotonic()
+                    self.consumer_offsets.persist()
+                    self.schedule.persist()
+            except Exception:
+                log.exception("periodic flush of the message store failed")
+
+    def stats(self) -> StoreStats:
+        return StoreStats(
+            self.commit_log.min_offset,
+            self.commit_log.max_offset,
+            len(self.commit_log.segments),
+            len(self._queues),
+            self.last_recovery,
+        )
+
+
+def _check_destination(topic: str, queue_id: int) -> PutResult | None:
+    if len(topic) > _TOPIC_MAX_LENGTH or not _TOPIC_PATTERN.match(topic):
+        return _failed(
+            PutMessageStatus.MESSAGE_ILLEGAL,
+            f"topic {topic!r} is not valid: at most {_TOPIC_MAX_LENGTH} characters "
+            "of %|a-zA-Z0-9_-",
+        )
+    if queue_id < 0:
+        return _failed(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is negative")
+    return None
