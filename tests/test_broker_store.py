@@ -708,3 +708,19 @@ def test_consume_queue_entry_layout(store: MessageStore, tmp_path: Path) -> None
     assert len(data) == 1000 * 20  # cq_entries_per_file x 20, sparse
     assert ENTRY.unpack_from(data, 0) == (r.commit_log_offset, r.size, java_string_hash("TagA"))
     assert data[20:40] == bytes(20)
+
+
+def test_delete_topic_drops_its_queues(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with make_store(root) as store:
+        put(store, topic="Gone", queue_id=0)
+        put(store, topic="Gone", queue_id=1)
+        put(store, topic="Kept", queue_id=0)
+        assert store.delete_topic("Gone") == 2 and store.delete_topic("Gone") == 0
+        assert store.queue_ids("Gone") == [] and store.max_offset("Gone", 0) == 0
+        assert not (root / "consumequeue" / "Gone").exists()
+        # a topic created again under the same name starts empty
+        assert put(store, topic="Gone", queue_id=0).queue_offset == 0
+    with make_store(root) as store:
+        assert store.max_offset("Gone", 0) == 1 and store.queue_ids("Gone") == [0]
+        assert store.max_offset("Kept", 0) == 1

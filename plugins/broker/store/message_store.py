@@ -1001,6 +1001,27 @@ class MessageStore:
                 removed += cq.correct_min(log_min)
         return removed
 
+    def delete_topic(self, topic: str) -> int:
+        """Drop a topic's consume queues (Java's cleanUnusedTopic after DELETE_TOPIC_IN_BROKER).
+
+        Its records stay in the commit log until retention deletes them; only a full
+        rebuild (no usable checkpoint) would index them again. Returns queues dropped.
+        """
+        with self._flush_lock, self._lock:
+            queues = self._topic_queues.pop(topic, {})
+            for qid, cq in queues.items():
+                del self._queues[(topic, qid)]
+                cq.close()
+                for path in sorted(cq.directory.glob("*")):
+                    path.unlink()
+                cq.directory.rmdir()
+            topic_dir = self._cq_root / topic
+            if topic_dir.is_dir() and not any(topic_dir.iterdir()):
+                topic_dir.rmdir()
+            if queues:
+                fsync_dir(self._cq_root)
+        return len(queues)
+
     def delete_expired(self, max_age_ms: int, *, now_ms: int | None = None) -> int:
         """Delete segments last written more than ``max_age_ms`` ago (fileReservedTime),
         then clean the consume queues. Returns segments deleted."""
