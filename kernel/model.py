@@ -119,7 +119,7 @@ def _non_empty(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
         raise ValueError(f"{attr.name} must not be empty")
 
 
-@attrs.frozen(order=True)
+@attrs.frozen(order=True, cache_hash=True)
 class MessageQueue:
     """One consume queue of one topic on one broker.
 

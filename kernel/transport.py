@@ -26,6 +26,7 @@ from rmqk.model import (
 )
 from rmqk.protocol import RemotingCommand
 
+
 def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 

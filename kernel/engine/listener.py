@@ -88,6 +88,9 @@ class ListenerInvoker:
         self._hooks_checked_at = 0.0
         self._has_hooks = False
 
+    def hooks_enabled(self) -> bool:
+        return self._hooks_enabled()
+
     def _hooks_enabled(self) -> bool:
         # Building hook contexts costs per call; look at the plugin manager once a second.
         now = time.monotonic()
@@ -126,6 +129,48 @@ class ListenerInvoker:
             error = exc
         outcome = ListenerOutcome(status, error, (time.perf_counter() - start) * 1000)
         return outcome, hook_ctx
+
+    async def invoke_group(
+        self, calls: Sequence[tuple[list[MessageExt], Any]]
+    ) -> list[ListenerOutcome]:
+        """Several listener calls in one go, without hooks: one thread hop for a sync listener.
+
+        The caller decides how many calls to group; each call still gets its own
+        batch, context and outcome, as if made separately.
+        """
+        if self.is_async:
+            return [await self._call_async(msgs, ctx) for msgs, ctx in calls]
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        run = contextvars.copy_context().run
+        return await loop.run_in_executor(self._executor, run, self._call_all_sync, calls)
+
+    async def _call_async(self, msgs: list[MessageExt], context: Any) -> ListenerOutcome:
+        start = time.perf_counter()
+        try:
+            status = await (
+                self.listener(msgs, context) if self.wants_context else self.listener(msgs)
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return ListenerOutcome(None, exc, (time.perf_counter() - start) * 1000)
+        return ListenerOutcome(status, None, (time.perf_counter() - start) * 1000)
+
+    def _call_all_sync(
+        self, calls: Sequence[tuple[list[MessageExt], Any]]
+    ) -> list[ListenerOutcome]:
+        listener, wants_context = self.listener, self.wants_context
+        out: list[ListenerOutcome] = []
+        for msgs, context in calls:
+            start = time.perf_counter()
+            try:
+                status = listener(msgs, context) if wants_context else listener(msgs)
+            except Exception as exc:
+                out.append(ListenerOutcome(None, exc, (time.perf_counter() - start) * 1000))
+                continue
+            out.append(ListenerOutcome(status, None, (time.perf_counter() - start) * 1000))
+        return out
 
     async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
         if hook_ctx is not None:

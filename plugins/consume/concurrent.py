@@ -14,7 +14,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from rmqk.engine.listener import ConsumeConcurrentlyContext
+import attrs
+
+from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
@@ -28,6 +30,8 @@ __all__ = ["ConcurrentConsumeService", "normalize_status"]
 log = logging.getLogger("rmqk.plugins.consume.concurrent")
 
 LOCAL_RETRY_DELAY_S = 5.0
+# The most chunks one worker takes from the backlog at once.
+MAX_GROUP = 64
 # cleanExpiredMsg looks at no more than this many messages at a queue's head.
 EXPIRED_SCAN_LIMIT = 16
 
@@ -48,29 +52,57 @@ def normalize_status(value: Any) -> ConsumeStatus | None:
     return None
 
 
+@attrs.frozen
+class _Request:
+    msgs: list[MessageExt]
+    pq: ProcessQueue
+    mq: MessageQueue
+
+
 class ConcurrentConsumeService:
+    """A fixed pool of worker tasks drains chunks from one queue (Java's consumeExecutor).
+
+    Workers replace a task per chunk: an enqueue and a dequeue cost far less than
+    a task, and a worker that finds a backlog takes its fair share of it at once
+    (one thread hop for several sync listener calls), while a slow listener's
+    chunks still spread across all workers.
+    """
+
     orderly = False
 
     def __init__(self, consumer: AsyncPushConsumer) -> None:
         self.consumer = consumer
+        self._queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self._workers: list[asyncio.Task[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cleaner: asyncio.Task[None] | None = None
         self._stopped = False
+        opts = consumer.options
+        self.worker_count = max(opts.consume_thread_min, opts.consume_thread_max)
+        self._busy = 0
 
     async def start(self) -> None:
-        self._cleaner = asyncio.get_running_loop().create_task(self._clean_expired_loop())
+        loop = asyncio.get_running_loop()
+        self._cleaner = loop.create_task(self._clean_expired_loop())
+        self._workers = [
+            loop.create_task(self._worker(), name=f"ConsumeMessageThread_{i}")
+            for i in range(self.worker_count)
+        ]
 
     async def shutdown(self, await_termination_ms: int) -> None:
         self._stopped = True
         if self._cleaner is not None:
             self._cleaner.cancel()
-        if await_termination_ms > 0 and self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=await_termination_ms / 1000)
-        for task in list(self._tasks):
+        if await_termination_ms > 0:
+            deadline = time.monotonic() + await_termination_ms / 1000
+            while (self._busy or not self._queue.empty()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        for task in [*self._workers, *self._tasks]:
             task.cancel()
-        for task in list(self._tasks):
+        for task in [*self._workers, *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self._workers = []
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -83,47 +115,107 @@ class ConcurrentConsumeService:
         if self._stopped:
             return
         size = self.consumer.options.consume_message_batch_max_size
-        for i in range(0, len(msgs), size):
-            self._spawn(self._consume(msgs[i : i + size], pq, mq))
-
-    async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        if pq.is_dropped():
+        put = self._queue.put_nowait
+        if len(msgs) <= size:
+            put(_Request(msgs, pq, mq))
             return
+        for i in range(0, len(msgs), size):
+            put(_Request(msgs[i : i + size], pq, mq))
+
+    async def _worker(self) -> None:
+        queue = self._queue
+        while True:
+            first = await queue.get()
+            group = [first]
+            # A fair share of the backlog, so that idle workers still get some.
+            extra = min(queue.qsize() // self.worker_count, MAX_GROUP - 1)
+            for _ in range(extra):
+                group.append(queue.get_nowait())
+            self._busy += 1
+            try:
+                await self._consume_group(group)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consume of %d batches failed unexpectedly", len(group))
+            finally:
+                self._busy -= 1
+
+    async def _consume_group(self, group: list[_Request]) -> None:
         consumer = self.consumer
-        ctx = ConsumeConcurrentlyContext(mq)
-        consumer.reset_retry_topic(msgs)
+        live = [r for r in group if not r.pq.is_dropped()]
+        if not live:
+            return
         started = int(time.time() * 1000)
-        for m in msgs:
-            pq.consume_started[m.queue_offset] = started
-        outcome, hook_ctx = await consumer.invoker.invoke(mq, msgs, ctx)
-        status = None if outcome.exception is not None else normalize_status(outcome.status)
+        for r in live:
+            consumer.reset_retry_topic(r.msgs)
+            stamps = r.pq.consume_started
+            for m in r.msgs:
+                stamps[m.queue_offset] = started
+        if consumer.invoker.hooks_enabled():
+            for r in live:
+                await self._consume(r)
+            return
+        contexts = [ConsumeConcurrentlyContext(r.mq) for r in live]
+        outcomes = await consumer.invoker.invoke_group(
+            [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)]
+        )
+        # Fully successful chunks of one queue are acknowledged together: one
+        # remove, one offset update and one stats entry instead of one per chunk.
+        acked: dict[int, tuple[_Request, list[MessageExt]]] = {}
+        for r, ctx, outcome in zip(live, contexts, outcomes, strict=True):
+            status = self._status(outcome)
+            consumer.stats.consume_rt(r.mq.topic, outcome.duration_ms)
+            if r.pq.is_dropped():
+                continue
+            if status is ConsumeStatus.CONSUME_SUCCESS and ctx.ack_index >= len(r.msgs) - 1:
+                entry = acked.get(id(r.pq))
+                if entry is None:
+                    acked[id(r.pq)] = (r, list(r.msgs))
+                else:
+                    entry[1].extend(r.msgs)
+            else:
+                await self._process_result(status, ctx, r.msgs, r.pq, r.mq)
+        for r, msgs in acked.values():
+            consumer.stats.consume_ok(r.mq.topic, len(msgs))
+            offset = r.pq.remove_messages(msgs)
+            if offset >= 0 and not r.pq.is_dropped():
+                consumer.offset_store.update_offset(r.mq, offset, True)
+
+    def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         if outcome.exception is not None:
             log.warning(
-                "consumeMessage exception: %r Group: %s Msgs: %d MQ: %s",
-                outcome.exception,
-                consumer.group,
-                len(msgs),
-                mq,
+                "consumeMessage exception: %r Group: %s", outcome.exception, self.consumer.group
             )
-            return_type = "EXCEPTION"
-        elif outcome.status is None:
-            return_type = "SUCCESS"  # None is success here, unlike Java's RETURNNULL
-        elif status is None:
+            return ConsumeStatus.RECONSUME_LATER
+        status = normalize_status(outcome.status)
+        if status is None:
             log.warning(
                 "listener of %s returned %r; treating it as RECONSUME_LATER",
-                consumer.group,
+                self.consumer.group,
                 outcome.status,
             )
-            return_type = "RETURNNULL"
-        elif outcome.duration_ms >= consumer.options.consume_timeout * 60_000:
-            return_type = "TIME_OUT"
-        elif status is ConsumeStatus.RECONSUME_LATER:
-            return_type = "FAILED"
-        else:
-            return_type = "SUCCESS"
-        if status is None:
-            status = ConsumeStatus.RECONSUME_LATER
+            return ConsumeStatus.RECONSUME_LATER
+        return status
+
+    async def _consume(self, r: _Request) -> None:
+        """One chunk with the consume hooks around it."""
+        consumer = self.consumer
+        msgs, pq, mq = r.msgs, r.pq, r.mq
+        ctx = ConsumeConcurrentlyContext(mq)
+        outcome, hook_ctx = await consumer.invoker.invoke(mq, msgs, ctx)
+        status = self._status(outcome)
         if hook_ctx is not None:
+            if outcome.exception is not None:
+                return_type = "EXCEPTION"
+            elif outcome.status is not None and normalize_status(outcome.status) is None:
+                return_type = "RETURNNULL"
+            elif outcome.duration_ms >= consumer.options.consume_timeout * 60_000:
+                return_type = "TIME_OUT"
+            elif status is ConsumeStatus.RECONSUME_LATER:
+                return_type = "FAILED"
+            else:
+                return_type = "SUCCESS"  # None is success here, unlike Java's RETURNNULL
             hook_ctx.status = status.value
             hook_ctx.success = status is ConsumeStatus.CONSUME_SUCCESS
             hook_ctx.return_type = return_type
