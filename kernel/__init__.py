@@ -31,6 +31,8 @@ _LAZY = {
     "PushConsumer": "rmqk.engine.sync",
     "Producer": "rmqk.engine.sync",
     "AsyncPushConsumer": "rmqk.engine.consumer",
+    "LitePullConsumer": "rmqk.engine.sync",
+    "AsyncLitePullConsumer": "rmqk.engine.lite_pull",
     "AsyncProducer": "rmqk.engine.producer",
 }
 
@@ -45,6 +47,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AsyncLitePullConsumer",
     "AsyncProducer",
     "AsyncPushConsumer",
     "BrokerError",
@@ -53,6 +56,7 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
     "ConsumeStatus",
+    "LitePullConsumer",
     "Message",
     "MessageExt",
     "MessageModel",

@@ -465,7 +465,7 @@ class ClientInstance:
         info = consumer.running_info()
         props = info.setdefault("properties", {})
         props["PROP_NAMESRV_ADDR"] = ";".join(self.config.namesrv_addrs) + ";"
-        props["PROP_CONSUME_TYPE"] = "CONSUME_PASSIVELY"
+        props["PROP_CONSUME_TYPE"] = consumer.consumer_data().consume_type.value
         props["PROP_CLIENT_VERSION"] = "V4_9_8"
         props["PROP_CONSUMER_START_TIMESTAMP"] = str(
             props.get("PROP_CONSUMER_START_TIMESTAMP", int(time.time() * 1000))

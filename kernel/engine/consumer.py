@@ -42,7 +42,7 @@ from rmqk.transport import (
     PullMessageRequest,
 )
 
-__all__ = ["AsyncPushConsumer"]
+__all__ = ["AsyncPushConsumer", "filter_pulled", "stamp_queue_offsets"]
 
 log = logging.getLogger("rmqk.engine.consumer")
 
@@ -636,17 +636,7 @@ class AsyncPushConsumer:
                     msgs[0].queue_offset,
                     prev,
                 )
-            extra = (
-                f"{MessageProperty.MIN_OFFSET}\x01{result.min_offset}\x02"
-                f"{MessageProperty.MAX_OFFSET}\x01{result.max_offset}\x02"
-            )
-            for m in msgs:
-                # Appending to the raw text keeps the properties lazily parsed.
-                if m._props is None:
-                    m._props_raw = (m._props_raw or "") + extra
-                else:
-                    m._props[MessageProperty.MIN_OFFSET] = str(result.min_offset)
-                    m._props[MessageProperty.MAX_OFFSET] = str(result.max_offset)
+            stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
             self.stats.pull_tps(mq.topic, len(msgs))
             dispatch = pq.put_messages(msgs)
             pq.set_acc_from_max_offset(result.max_offset, msgs[-1].queue_offset)
@@ -678,11 +668,33 @@ class AsyncPushConsumer:
     async def _filter(
         self, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt]
     ) -> list[MessageExt]:
-        if not hook_has_impls("rmqk_filter_message"):
-            return msgs
-        ctx = FilterMessageContext(self.group, mq, msgs, sub, self.options.unit_mode)
-        await call_event_hook("rmqk_filter_message", context=ctx)
-        return ctx.messages
+        return await filter_pulled(self.group, mq, sub, msgs, self.options.unit_mode)
+
+
+async def filter_pulled(
+    group: str, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt], unit_mode: bool
+) -> list[MessageExt]:
+    """Run the ``rmqk_filter_message`` hooks over one FOUND pull response."""
+    if not hook_has_impls("rmqk_filter_message"):
+        return msgs
+    ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
+    await call_event_hook("rmqk_filter_message", context=ctx)
+    return ctx.messages
+
+
+def stamp_queue_offsets(msgs: list[MessageExt], min_offset: int, max_offset: int) -> None:
+    """Record the queue's min and max offset in each message (PullAPIWrapper's MIN/MAX_OFFSET)."""
+    extra = (
+        f"{MessageProperty.MIN_OFFSET}\x01{min_offset}\x02"
+        f"{MessageProperty.MAX_OFFSET}\x01{max_offset}\x02"
+    )
+    for m in msgs:
+        # Appending to the raw text keeps the properties lazily parsed.
+        if m._props is None:
+            m._props_raw = (m._props_raw or "") + extra
+        else:
+            m._props[MessageProperty.MIN_OFFSET] = str(min_offset)
+            m._props[MessageProperty.MAX_OFFSET] = str(max_offset)
 
 
 class _PullRequest:

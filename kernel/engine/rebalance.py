@@ -1,4 +1,8 @@
-"""Rebalance for the push consumer (Java's RebalanceImpl / RebalancePushImpl)."""
+"""Rebalance (Java's RebalanceImpl / RebalancePushImpl).
+
+The push consumer uses :class:`Rebalance` as it is; the lite pull consumer
+subclasses it (Java's RebalanceLitePullImpl) and sets ``consume_type``.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,27 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import attrs
 
-from rmqk.contracts import ReadOffsetType
+from rmqk.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
+from rmqk.engine.client import ClientInstance
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.errors import RmqkError
 from rmqk.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumeFromWhere,
+    ConsumeType,
     MessageModel,
     MessageQueue,
     SubscriptionData,
 )
+from rmqk.options import ConsumerOptions
 from rmqk.pluginmanager import call_event_hook
 
-if TYPE_CHECKING:
-    from rmqk.engine.consumer import AsyncPushConsumer
-
-__all__ = ["Rebalance"]
+__all__ = ["Rebalance", "RebalanceMember"]
 
 log = logging.getLogger("rmqk.engine.rebalance")
 
@@ -49,8 +53,34 @@ def parse_consume_timestamp(text: str) -> int:
     return int(time.mktime(time.strptime(text, "%Y%m%d%H%M%S")) * 1000)
 
 
+class RebalanceMember(Protocol):
+    """What a rebalance needs from its consumer (push or lite pull)."""
+
+    group: str
+    message_model: MessageModel
+    options: ConsumerOptions
+    client: ClientInstance
+    client_id: str
+    allocation_strategy: AllocationStrategy
+    offset_store: OffsetStore
+    consume_orderly: bool
+    rebalance_listener: Callable[..., Any] | None
+
+    def start_pulling(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None: ...
+
+    def apply_topic_flow_control(self) -> None: ...
+
+    async def max_offset(self, mq: MessageQueue) -> int: ...
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
+
+
 class Rebalance:
-    def __init__(self, consumer: AsyncPushConsumer) -> None:
+    # Java's consumeType(): a queue whose pulls stalled is re-created only for push
+    # consumers; a lite pull consumer's queue may stay paused by its user forever.
+    consume_type = ConsumeType.CONSUME_PASSIVELY
+
+    def __init__(self, consumer: RebalanceMember) -> None:
         self.consumer = consumer
         self.subscription_inner: dict[str, SubscriptionData] = {}
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
@@ -145,7 +175,7 @@ class Rebalance:
                     self.process_queue_table.pop(mq, None)
                     changed = True
                     log.info("doRebalance, %s, remove unnecessary mq, %s", self.group, mq)
-            elif pq.is_pull_expired():
+            elif self.consume_type is ConsumeType.CONSUME_PASSIVELY and pq.is_pull_expired():
                 pq.dropped = True
                 if await self.remove_unnecessary_message_queue(mq, pq):
                     self.process_queue_table.pop(mq, None)

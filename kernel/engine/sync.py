@@ -1,4 +1,5 @@
-"""Blocking facades: ``PushConsumer`` and ``Producer`` over a background event loop.
+"""Blocking facades: ``PushConsumer``, ``LitePullConsumer`` and ``Producer`` over a
+background event loop.
 
 All sync consumers and producers of a process share one loop thread, so two of
 them with the same client id share one client instance, as in Java.
@@ -8,17 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.engine.lite_pull import AsyncLitePullConsumer, RebalanceListener
 from rmqk.engine.producer import AsyncProducer, QueueSelector
-from rmqk.message import Message
+from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue, SendResult
 
-__all__ = ["Producer", "PushConsumer", "run_in_loop"]
+__all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run_in_loop"]
 
 T = TypeVar("T")
 
@@ -107,6 +110,112 @@ class PushConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+async def _call(fn: Callable[..., T], *args: Any) -> T:
+    """Run a plain method on the loop thread, where the consumer's state lives."""
+    return fn(*args)
+
+
+class LitePullConsumer:
+    """The blocking lite pull consumer; see :class:`rmqk.engine.lite_pull.AsyncLitePullConsumer`.
+
+    Every call runs on rmqk's loop thread and waits for it, so the consumer may
+    be used from any one thread at a time. A rebalance listener runs on the loop
+    thread and must not call back into blocking rmqk methods.
+    """
+
+    def __init__(self, group: str, **options: Any) -> None:
+        self._inner = AsyncLitePullConsumer(group, **options)
+        _live.add(self)
+
+    @property
+    def group(self) -> str:
+        return self._inner.group
+
+    @property
+    def inner(self) -> AsyncLitePullConsumer:
+        return self._inner
+
+    def subscribe(
+        self, topic: str, expression: str | None = "*", expression_type: str = "TAG"
+    ) -> None:
+        run_in_loop(_call(self._inner.subscribe, topic, expression, expression_type))
+
+    def unsubscribe(self, topic: str) -> None:
+        run_in_loop(_call(self._inner.unsubscribe, topic))
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        run_in_loop(_call(self._inner.assign, list(queues)))
+
+    def assignment(self) -> frozenset[MessageQueue]:
+        return run_in_loop(_call(self._inner.assignment))
+
+    def register_rebalance_listener(self, listener: RebalanceListener) -> RebalanceListener:
+        return self._inner.register_rebalance_listener(listener)
+
+    def start(self) -> None:
+        run_in_loop(self._inner.start())
+
+    def close(self) -> None:
+        run_in_loop(self._inner.close())
+        _live.discard(self)
+
+    shutdown = close
+
+    def poll(self, timeout_ms: int | None = None) -> list[MessageExt]:
+        return run_in_loop(self._inner.poll(timeout_ms))
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        run_in_loop(_call(self._inner.pause, list(queues)))
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        run_in_loop(_call(self._inner.resume, list(queues)))
+
+    def paused(self) -> frozenset[MessageQueue]:
+        return run_in_loop(_call(self._inner.paused))
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        run_in_loop(self._inner.seek(queue, offset))
+
+    def seek_to_beginning(self, *queues: MessageQueue) -> None:
+        run_in_loop(self._inner.seek_to_beginning(*queues))
+
+    def seek_to_end(self, *queues: MessageQueue) -> None:
+        run_in_loop(self._inner.seek_to_end(*queues))
+
+    def position(self, queue: MessageQueue) -> int:
+        return run_in_loop(self._inner.position(queue))
+
+    def committed(self, queue: MessageQueue) -> int:
+        return run_in_loop(self._inner.committed(queue))
+
+    def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        run_in_loop(self._inner.commit(offsets))
+
+    def commit_async(
+        self, offsets: Mapping[MessageQueue, int] | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Take the offsets now and send them in the background; the future tells the outcome."""
+        task = run_in_loop(_call(self._inner.commit_async, offsets))
+        return asyncio.run_coroutine_threadsafe(_await(task), _LoopThread.loop())
+
+    def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        return run_in_loop(self._inner.offsets_for_times(timestamps))
+
+    def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        return run_in_loop(self._inner.fetch_message_queues(topic))
+
+    def __enter__(self) -> LitePullConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _await(task: asyncio.Task[T]) -> T:
+    return await task
 
 
 class Producer:
