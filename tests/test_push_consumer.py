@@ -24,9 +24,10 @@ from engine_support import (
 )
 
 from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.rebalance import parse_consume_timestamp
 from rmqk.errors import ClientError, ConfigError
-from rmqk.message import MessageExt
+from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeStatus, MessageQueue
 from rmqk.plugins.broker import EmbeddedBroker
 
@@ -274,3 +275,35 @@ async def test_start_validation(broker: Any) -> None:
         await c.start()
     with pytest.raises(ClientError, match="maybe started once"):
         await c.start()
+
+
+async def test_pause_stops_delivery_and_resume_restarts_it(broker: Any) -> None:
+    await create_topic(broker, "Pause", 2)
+    got: list[bytes] = []
+    c = consumer(broker, "g-pause")
+    c.subscribe("Pause")
+    c.register_listener(lambda msgs: got.extend(m.body for m in msgs))
+    await c.start()
+    try:
+        await wait_for(lambda: len(held_queues(c, "Pause")) == 2, 15, "queues assigned")
+        await produce(broker.namesrv_addr, "Pause", (f"a{i}".encode() for i in range(20)))
+        await wait_for(lambda: len(got) >= 20, 15, "first messages")
+        c.suspend()
+        # Each queue may have one long poll held by the broker; one message per queue
+        # answers them, after which no pull may be sent while paused.
+        async with AsyncProducer("flush", namesrv_addr=broker.namesrv_addr) as p:
+            for q in range(2):
+                mq = MessageQueue("Pause", broker.broker_name, q)
+                await p.send(Message("Pause", f"flush{q}".encode()), queue=mq)
+        await wait_for(lambda: len(got) >= 22, 15, "the held pulls to return")
+        await asyncio.sleep(1.5)
+        before = len(got)
+        await produce(broker.namesrv_addr, "Pause", (f"b{i}".encode() for i in range(20)))
+        await asyncio.sleep(2.5)
+        assert len(got) == before, "a paused consumer pulled"
+        c.resume()
+        await wait_for(lambda: len(got) >= 42, 15, "messages after resume")
+    finally:
+        await c.shutdown()
+    expected = [f"a{i}".encode() for i in range(20)] + [f"b{i}".encode() for i in range(20)]
+    assert sorted(got) == sorted([*expected, b"flush0", b"flush1"])

@@ -266,6 +266,10 @@ class AsyncPushConsumer:
     def pause(self) -> None:
         self.paused = True
 
+    def suspend(self) -> None:
+        """Java's DefaultMQPushConsumer.suspend(): the same as :meth:`pause`."""
+        self.pause()
+
     def resume(self) -> None:
         self.paused = False
         if self.state is ServiceState.RUNNING:

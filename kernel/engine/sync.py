@@ -101,6 +101,9 @@ class PushConsumer:
     def pause(self) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.pause)
 
+    def suspend(self) -> None:
+        self.pause()
+
     def resume(self) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.resume)
 
