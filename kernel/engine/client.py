@@ -139,7 +139,13 @@ class ClientInstance:
             namesrv_addrs=config.namesrv_addrs,
             client_id=client_id,
             request_timeout_ms=config.request_timeout_ms,
-            tls=config.tls if config.use_tls else TlsConfig(),
+            # use_tls alone means TLS with the default settings: verified against the
+            # system CA store (SSL_CERT_FILE / SSL_CERT_DIR name another one).
+            tls=(
+                (config.tls if config.tls.enabled else attrs.evolve(config.tls, enabled=True))
+                if config.use_tls
+                else TlsConfig()
+            ),
             options=config.transport_options,
         )
         self.transport: Transport = registries().transports.create(
@@ -422,9 +428,12 @@ class ClientInstance:
 
     async def _rebalance_service(self) -> None:
         interval = self.config.rebalance_interval_ms / 1000
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._rebalance_wakeup.wait(), interval)
+        while self.state is ServiceState.RUNNING:
+            # asyncio.timeout rather than wait_for: on 3.11, wait_for can swallow a
+            # cancellation that races with the event being set, hanging shutdown.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._rebalance_wakeup.wait()
             # Cleared before the pass: a wakeup during the pass causes exactly one more.
             self._rebalance_wakeup.clear()
             await self.do_rebalance()
