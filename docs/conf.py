@@ -1,11 +1,23 @@
-"""Sphinx configuration: the docs are Markdown, built with MyST, warnings as errors in tox."""
+"""Sphinx configuration: the docs are Markdown, built with MyST, warnings as errors in tox.
+
+The reference pages (config, hooks, CLI) are generated from the code while Sphinx
+reads them, by the ``rmqk_reference`` extension in ``_ext/``; nothing generated
+is written to the source tree.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext"))
 
 project = "rmqk"
 author = "rmqk developers"
-extensions = ["myst_parser"]
+extensions = ["myst_parser", "rmqk_reference"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_ext"]
 myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence"]
 suppress_warnings = ["myst.xref_missing"]
 html_theme = "alabaster"
+html_title = "rmqk"

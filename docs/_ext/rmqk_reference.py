@@ -1,0 +1,273 @@
+"""Reference pages generated from the code while Sphinx reads them.
+
+A page holds a marker line ``<!-- generated: NAME -->``; when Sphinx reads it,
+the marker is replaced by Markdown generated from the code:
+
+* ``config-reference``: every key of a ``[consumers.<name>]`` table, from
+  :data:`rmqk.config.COMPOSITION_KEYS` and :data:`rmqk.options.OPTIONS`;
+* ``hook-reference``: every hook spec of :mod:`rmqk.hookspecs`, with its signature
+  and docstring;
+* ``cli-reference``: ``rmqk --help`` and the help of every sub-command, from the
+  parser the CLI builds (so plugins' commands appear as installed).
+
+Nothing generated is written to disk. ``tests/test_docs.py`` checks that every
+option, hook and command appears in what these functions return.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["GENERATORS", "cli_reference", "config_reference", "hook_reference", "setup"]
+
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
+
+
+# -- config reference -------------------------------------------------------------
+
+
+def _option_section(spec: Any) -> str:
+    from rmqk.options import OptionType
+
+    rows: list[tuple[str, str]] = [("type", spec.value_type.value)]
+    if spec.plugin_kind:
+        rows[0] = ("type", f"name of a registered {spec.plugin_kind}")
+    rows.append(
+        ("default", f"`{spec.default_repr}`" if spec.default_text is None else spec.default_repr)
+    )
+    if spec.choices:
+        rows.append(("allowed", ", ".join(f"`{c}`" for c in spec.choices)))
+    if spec.range_text:
+        checked = " (checked as Java's checkConfig does)" if spec.java_checked else ""
+        rows.append(("range", f"`{spec.range_text}`{checked}"))
+    if spec.unit:
+        rows.append(("unit", spec.unit))
+    if spec.java_name:
+        rows.append(("Java", f"`{spec.java_name}`"))
+    if spec.value_type is OptionType.ADDRESSES:
+        rows.append(("form", '`"host:port;host:port"` or `["host:port", ...]`'))
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return f"### {spec.name}\n\n{spec.doc}\n\n| | |\n| --- | --- |\n{table}\n"
+
+
+def config_reference() -> str:
+    """Every key of a consumer table, grouped as the config reference shows them."""
+    from rmqk.config import COMPOSITION_KEYS
+    from rmqk.options import OPTIONS, OptionType
+
+    names = [o.name for o in OPTIONS]
+    first_consumer = names.index("message_model")
+    client = [o for o in OPTIONS[:first_consumer]]
+    plugins = [
+        o for o in OPTIONS[first_consumer:] if o.value_type in (OptionType.PLUGIN, OptionType.TABLE)
+    ]
+    consuming = [o for o in OPTIONS[first_consumer:] if o not in plugins]
+    parts = [
+        "## What the consumer is\n\n"
+        "The group, what it subscribes to and where its messages go. `group`, "
+        "`namesrv_addr` and `subscription` are required.\n",
+        *(_option_section(s) for s in COMPOSITION_KEYS),
+        "## Client (Java's ClientConfig)\n\n"
+        "How the consumer finds and talks to name servers and brokers.\n",
+        *(_option_section(s) for s in client),
+        "## Consuming (Java's DefaultMQPushConsumer)\n\n"
+        "Where consumption starts, how much is pulled and buffered, how failures are retried.\n",
+        *(_option_section(s) for s in consuming),
+        "## Plugins the consumer is composed of\n\n"
+        "Each names a registered implementation (`rmqk plugins` lists them) and has an options "
+        "table handed to its factory.\n",
+        *(_option_section(s) for s in plugins),
+    ]
+    return "\n".join(parts)
+
+
+# -- hook reference ---------------------------------------------------------------
+
+_ROLE = re.compile(r":(?:class|func|meth|data|mod|attr|exc):`~?([^`]+)`")
+
+
+def _markdown_docstring(doc: str) -> str:
+    text = inspect.cleandoc(doc)
+    text = _ROLE.sub(lambda m: f"`{m.group(1)}`", text)
+    # reST literals (``x``) become Markdown code spans.
+    return text.replace("``", "`")
+
+
+def hook_names() -> list[str]:
+    from rmqk import hookspecs
+
+    return sorted(n for n in dir(hookspecs) if n.startswith("rmqk_"))
+
+
+def _hook_kind(name: str, function: Any) -> str:
+    opts = getattr(function, "rmqk_spec", {}) or {}
+    if name.startswith("rmqk_register_"):
+        return "registration hook; called once, when its registry is built; sync only"
+    if opts.get("historic"):
+        return "historic event hook; a plugin registered later still receives the call"
+    return "event hook"
+
+
+def hook_reference() -> str:
+    """One section per hook spec: signature, kind, docstring."""
+    from rmqk import hookspecs
+
+    registration = [n for n in hook_names() if n.startswith("rmqk_register_")]
+    events = [n for n in hook_names() if n not in registration]
+    # Keep the order the module declares them in, which groups related hooks.
+    order = {name: i for i, name in enumerate(vars(hookspecs))}
+    parts = []
+    for title, names in (("Registration hooks", registration), ("Event hooks", events)):
+        parts.append(f"## {title}\n")
+        for name in sorted(names, key=order.__getitem__):
+            function = getattr(hookspecs, name)
+            signature = inspect.signature(function)
+            params = ", ".join(signature.parameters)
+            parts.append(
+                f"### {name}\n\n"
+                f"```python\n@hookimpl\ndef {name}({params}): ...\n```\n\n"
+                f"*{_hook_kind(name, function)}*\n\n"
+                f"{_markdown_docstring(function.__doc__ or '')}\n"
+            )
+    return "\n".join(parts)
+
+
+# -- CLI reference ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _columns(width: int) -> Iterator[None]:
+    # argparse wraps help to the terminal's width; the reference should not depend on it.
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
+
+
+def command_names() -> list[str]:
+    from rmqk.cli import _all_commands
+
+    return sorted(_all_commands())
+
+
+def cli_reference() -> str:
+    """``rmqk --help`` and every sub-command's ``--help``, as the installed CLI prints them."""
+    import argparse
+
+    from rmqk.cli import build_parser
+
+    with _columns(96):
+        parser = build_parser()
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parts = ["## rmqk\n", "```text", parser.format_help().rstrip(), "```\n"]
+        for name, sub in sorted(subparsers.choices.items()):
+            parts += [f"## rmqk {name}\n", "```text", sub.format_help().rstrip(), "```\n"]
+    return "\n".join(parts)
+
+
+# -- migration from Java ---------------------------------------------------------------
+
+
+def java_options() -> str:
+    """Each Java setter of DefaultMQPushConsumer / ClientConfig and its rmqk key."""
+    from rmqk.config import COMPOSITION_KEYS
+    from rmqk.options import OPTIONS
+
+    rows = []
+    for spec in (*COMPOSITION_KEYS, *OPTIONS):
+        if not spec.java_name:
+            continue
+        setter = "set" + spec.java_name[0].upper() + spec.java_name[1:]
+        default = spec.default_repr.replace("|", "\\|")
+        rows.append(
+            f"| `{setter}` | [`{spec.name}`](config-reference.md#{spec.name}) | {default} |"
+        )
+    head = "| Java | rmqk key and keyword | rmqk default |\n| --- | --- | --- |\n"
+    return head + "\n".join(rows) + "\n"
+
+
+# -- Spark ----------------------------------------------------------------------------
+
+
+def spark_sink_options() -> str:
+    """The spark sink's ``sink_options`` keys, from the sink's own option table."""
+    from rmqk.plugins.spark.options import SINK_KEYS
+
+    rows = "\n".join(f"| `{key}` | {text} |" for key, text in SINK_KEYS.items())
+    return f"| key | what |\n| --- | --- |\n{rows}\n"
+
+
+def spark_columns() -> str:
+    """The columns the sink writes and the source reads, as Spark DDL."""
+    from rmqk.plugins.spark.columns import DDL
+
+    fields, depth, current = [], 0, ""
+    for ch in DDL:
+        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            fields.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    fields.append(current.strip())
+    return "```text\n" + ",\n".join(fields) + "\n```\n"
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "java-options": java_options,
+    "spark-sink-options": spark_sink_options,
+    "spark-columns": spark_columns,
+    "config-reference": config_reference,
+    "hook-reference": hook_reference,
+    "cli-reference": cli_reference,
+}
+
+
+def expand(text: str) -> str:
+    """``text`` with each marker replaced by what its generator returns."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in GENERATORS:
+            raise ValueError(f"unknown generated section {name!r}; known: {', '.join(GENERATORS)}")
+        return GENERATORS[name]()
+
+    return MARKER.sub(replace, text)
+
+
+_OTHER_PAGES = "<!-- other pages -->"
+_TOCTREE_ENTRY = re.compile(r"^([a-z0-9][a-z0-9_/-]*)$", re.M)
+
+
+def other_pages(text: str, found: set[str], docname: str) -> str:
+    """``text`` with its ``<!-- other pages -->`` line replaced by the pages no toctree names.
+
+    Pages that other work adds (status, performance, reliability, ...) then appear in
+    the navigation without the index naming each, and a page named but not yet
+    written does not fail the build.
+    """
+    named = set(_TOCTREE_ENTRY.findall(text))
+    rest = sorted(found - named - {docname})
+    return text.replace(_OTHER_PAGES, "\n".join(rest))
+
+
+def _on_source_read(app: Any, docname: str, source: list[str]) -> None:
+    if MARKER.search(source[0]):
+        source[0] = expand(source[0])
+    if _OTHER_PAGES in source[0]:
+        source[0] = other_pages(source[0], set(app.env.found_docs), docname)
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("source-read", _on_source_read)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
