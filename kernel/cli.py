@@ -1,24 +1,37 @@
 """The ``rmqk`` command line.
 
-The kernel owns ``plugins`` and ``check``; every other sub-command (``broker``,
-``admin``, ``run``, ``produce``, ``demo``, ...) is registered by a plugin through
-``rmqk_register_commands``, so the kernel imports nothing from plugins.
+The kernel owns ``plugins``, ``check``, ``run`` and ``produce``; every other
+sub-command (``broker``, ``admin``, ``status``, ``demo``, ...) is registered by a
+plugin through ``rmqk_register_commands``, so the kernel imports nothing from
+plugins.
+
+Every command takes ``--log-level``, ``--log-format`` and ``--debug`` (before or
+after its name). An error is one line on stderr, ``rmqk: error: ...``, and exit
+status 1; ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
+import os
+import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import attrs
 
 from rmqk import __version__
-from rmqk.errors import RmqkError
+from rmqk.errors import ConfigError, RmqkError
+from rmqk.logsetup import FORMATS, LEVELS, configure_logging
 
-__all__ = ["Command", "main"]
+__all__ = ["Command", "SummaryLine", "build_parser", "main"]
+
+log = logging.getLogger("rmqk.cli")
 
 
 @attrs.frozen
@@ -116,27 +129,148 @@ def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="run only this consumer table (repeatable; default: all)",
     )
+    parser.add_argument(
+        "--no-summary",
+        dest="summary",
+        action="store_false",
+        help="no live summary line, even on a terminal",
+    )
+
+
+class SummaryLine:
+    """One line on a terminal, redrawn every ``interval`` seconds, saying how each consumer does.
+
+    ``orders: 8 queues, 12,345 consumed (1,234/s), 0 failed, 32 cached, lag 1,200``.
+    Log records written to the same terminal first clear the line (see :meth:`stream`).
+    """
+
+    def __init__(
+        self,
+        consumers: Sequence[Any],
+        out: IO[str],
+        interval: float = 1.0,
+        lag_interval: float = 5.0,
+    ) -> None:
+        self.consumers = list(consumers)
+        self.out = out
+        self.interval = interval
+        self.lag_interval = lag_interval
+        self._shown = False
+        self._last: dict[str, tuple[float, int]] = {}
+        self._max_offsets: dict[str, dict[Any, int]] = {}
+
+    def render(self, now: float | None = None) -> str:
+        from rmqk.progress import snapshot
+
+        now = time.monotonic() if now is None else now
+        parts = []
+        for composed in self.consumers:
+            name = composed.spec.name
+            progress = snapshot(composed.consumer, self._max_offsets.get(name))
+            done = progress.consumed_ok
+            then, before = self._last.get(name, (now, done))
+            rate = (done - before) / (now - then) if now > then else 0.0
+            self._last[name] = (now, done)
+            lag = progress.lag
+            parts.append(
+                f"{name}: {len(progress.queues)} queues, {done:,} consumed ({rate:,.0f}/s), "
+                f"{progress.consumed_failed:,} failed, {progress.cached_messages:,} cached, "
+                f"lag {'?' if lag is None else f'{lag:,}'}"
+            )
+        return " | ".join(parts)
+
+    def draw(self, text: str) -> None:
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        if len(text) > width:
+            text = text[: max(width - 3, 0)] + "..."
+        self.out.write("\r\x1b[K" + text)
+        self.out.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+            self._shown = False
+
+    def _queues_changed(self) -> bool:
+        for composed in self.consumers:
+            held = set(composed.consumer.rebalance.process_queue_table)
+            if held != set(self._max_offsets.get(composed.spec.name, ())):
+                return True
+        return False
+
+    async def refresh_lag(self) -> None:
+        from rmqk.progress import fetch_max_offsets
+
+        for composed in self.consumers:
+            self._max_offsets[composed.spec.name] = await fetch_max_offsets(composed.consumer)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        next_lag = 0.0
+        try:
+            while not stop.is_set():
+                try:
+                    if time.monotonic() >= next_lag or self._queues_changed():
+                        await self.refresh_lag()
+                        next_lag = time.monotonic() + self.lag_interval
+                    self.draw(self.render())
+                except Exception:
+                    # The summary is a convenience: it must never take the consumers down.
+                    log.debug("summary line failed", exc_info=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.interval)
+        finally:
+            self.clear()
+
+    def stream(self) -> IO[str]:
+        """A stream for log records that clears the summary line before each record."""
+        summary = self
+
+        class _Clearing:
+            def write(self, text: str) -> int:
+                summary.clear()
+                return summary.out.write(text)
+
+            def flush(self) -> None:
+                summary.out.flush()
+
+        return cast(IO[str], _Clearing())
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    import asyncio
-
     from rmqk.config import load_config
     from rmqk.runtime import install_stop_signals, run_config
 
     config = load_config(args.config)
+    on_terminal = args.summary and sys.stderr.isatty()
 
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
+        tasks: list[asyncio.Task[None]] = []
 
-        def started(consumers: Sequence[object]) -> None:
+        def started(consumers: Sequence[Any]) -> None:
+            log.info("running %d consumer(s) from %s", len(consumers), args.config)
+            if not on_terminal:
+                return
             print(
                 f"rmqk: running {len(consumers)} consumer(s) from {args.config}; Ctrl-C stops",
                 file=sys.stderr,
             )
+            summary = SummaryLine(consumers, sys.stderr)
+            if _log_handler is not None:
+                _log_handler.setStream(summary.stream())
+            tasks.append(asyncio.get_running_loop().create_task(summary.run(stop)))
 
-        await run_config(config, stop, args.consumer, started)
+        try:
+            await run_config(config, stop, args.consumer, started)
+        finally:
+            stop.set()
+            for task in tasks:
+                await task
+            if _log_handler is not None:
+                _log_handler.setStream(sys.stderr)
 
     asyncio.run(main())
     return 0
@@ -177,19 +311,27 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         help="list installed plugins, their hooks and the names they register",
         run=_cmd_plugins,
         add_arguments=_cmd_plugins_args,
-        examples=("rmqk plugins", "rmqk plugins --json"),
+        examples=("rmqk plugins", "rmqk plugins --json | jq '.registered.sink'"),
     ),
     "check": Command(
         help="validate config files and print the consumers they compose",
         run=_cmd_check,
         add_arguments=_cmd_check_args,
-        examples=("rmqk check examples/demo.toml", "rmqk check --json consumers.toml"),
+        examples=(
+            "rmqk check examples/jsonl.toml",
+            "rmqk check --json consumers.toml",
+            "rmqk check examples/*.toml",
+        ),
     ),
     "run": Command(
         help="run the consumers a config file composes until SIGINT/SIGTERM",
         run=_cmd_run,
         add_arguments=_cmd_run_args,
-        examples=("rmqk run examples/jsonl.toml", "rmqk run consumers.toml --consumer orders"),
+        examples=(
+            "rmqk run examples/jsonl.toml",
+            "rmqk run consumers.toml --consumer orders --log-level INFO",
+            "rmqk run consumers.toml --log-format json 2> consumer.log",
+        ),
     ),
     "produce": Command(
         help="send test messages (generated, or JSON lines from stdin)",
@@ -216,23 +358,51 @@ def _all_commands() -> dict[str, Command]:
     return commands
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Logging and error options; sub-commands accept them too, after their name."""
+    default: Any = argparse.SUPPRESS
+    level_default = os.environ.get("RMQK_LOG_LEVEL", "WARNING").upper()
+    format_default = os.environ.get("RMQK_LOG_FORMAT", "text").lower()
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        default=level_default if top else default,
+        help=f"level of rmqk's log records on stderr (default: {level_default}; "
+        "env RMQK_LOG_LEVEL)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=format_default if top else default,
+        help="log records as text or as one JSON object per line, with fields such as group, "
+        f"topic, broker and queue (default: {format_default}; env RMQK_LOG_FORMAT)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if top else default,
+        help="show the traceback when a command fails",
+    )
+
+
+def build_parser(commands: dict[str, Command] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rmqk",
         description="rmqk: a plugin-based consumer kernel for Apache RocketMQ 4.x",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  rmqk demo\n  rmqk check examples/demo.toml\n  rmqk plugins",
+        epilog="examples:\n"
+        "  rmqk broker --port 0 --data /tmp/rmqk\n"
+        "  rmqk check examples/jsonl.toml\n"
+        "  rmqk run examples/jsonl.toml --log-level INFO\n"
+        "  rmqk status examples/jsonl.toml\n"
+        "  rmqk plugins\n"
+        "\n'rmqk COMMAND --help' describes a command.",
     )
     parser.add_argument("--version", action="version", version=f"rmqk {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default="WARNING",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level (default: WARNING)",
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    _common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, command in sorted(_all_commands().items()):
+    for name, command in sorted((commands if commands is not None else _all_commands()).items()):
         epilog = None
         if command.examples:
             epilog = "examples:\n" + "\n".join(f"  {e}" for e in command.examples)
@@ -244,19 +414,38 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         command.add_arguments(p)
+        _common_options(p.add_argument_group("logging and errors"), top=False)  # type: ignore[arg-type]
         p.set_defaults(_command=command)
     return parser
 
 
+# The handler configure_logging installed, so `rmqk run` can keep log records off its
+# summary line.
+_log_handler: logging.StreamHandler[Any] | None = None
+
+
+def _error_line(exc: BaseException) -> str:
+    if isinstance(exc, ConfigError) and len(exc.problems) == 1:
+        return f"rmqk: error: {exc.problems[0]}"
+    if isinstance(exc, RmqkError):
+        return f"rmqk: error: {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"rmqk: error: {exc.strerror}{where} (--debug shows the traceback)"
+    text = str(exc) or "(no message)"
+    return f"rmqk: error: {type(exc).__name__}: {text} (--debug shows the traceback)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    global _log_handler
+    args_list = list(argv) if argv is not None else sys.argv[1:]
+    debug = "--debug" in args_list
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
-        logging.basicConfig(
-            level=getattr(logging, args.log_level),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        args = parser.parse_args(args_list)
+        debug = bool(args.debug)
+        handler = configure_logging(args.log_level, args.log_format)
+        _log_handler = cast("logging.StreamHandler[Any]", handler)
         command: Command | None = getattr(args, "_command", None)
         if command is None:
             parser.print_help()
@@ -264,10 +453,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command.run(args)
     except KeyboardInterrupt:
         return 130
-    except RmqkError as exc:
+    except BrokenPipeError:
+        # The reader went away (`rmqk status | head`): nothing left to say to it.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+    except Exception as exc:
         if debug:
             raise
-        print(f"rmqk: error: {exc}", file=sys.stderr)
+        print(_error_line(exc), file=sys.stderr)
         return 1
 
 

@@ -13,6 +13,7 @@ from rmqk.config import Config, ConsumerSpec, announce_config
 from rmqk.contracts import Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import ClientError
+from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
 from rmqk.pluginmanager import registries
 
@@ -43,8 +44,11 @@ class ComposedConsumer:
         self.consumer.register_listener(deliver)
 
     async def start(self) -> None:
-        await self.sink.start()
-        await self.consumer.start()
+        # Tasks the consumer creates while starting (pull loops, consume workers, timers)
+        # inherit these fields, so their log records say which consumer they belong to.
+        with log_context(group=self.spec.group, consumer=self.spec.name):
+            await self.sink.start()
+            await self.consumer.start()
 
     async def stop(self) -> None:
         try:

@@ -1,16 +1,23 @@
-"""A separately installed distribution extends rmqk exactly as the default plugins do.
+"""The tutorial's plugin, a separate distribution, extends rmqk exactly as the default plugins do.
 
-The distribution is written to a temp dir, pip-installed into the running test
-environment, discovered through its ``rmqk`` entry point, and uninstalled again.
+``examples/plugin-every-other/`` (docs/tutorial-allocation-strategy.md) is copied to a
+temp dir, pip-installed into the running test environment, discovered through its
+``rmqk`` entry point, selected by a config file, run by two ``rmqk run`` processes
+against the embedded broker, and uninstalled again.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
-import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,56 +27,17 @@ from rmqk.pluginmanager import plugin_distribution, registries, reset_plugin_man
 
 pytestmark = pytest.mark.timeout(300)
 
-DIST = "rmqk-test-every-other"
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_DIR = ROOT / "examples" / "plugin-every-other"
+EXAMPLE_CONFIG = PLUGIN_DIR / "every-other.toml"
+DIST = "rmqk-every-other"
 
 
 @pytest.fixture(scope="module")
 def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    src = tmp_path_factory.mktemp("dist")
-    (src / "rmqk_every_other").mkdir()
-    (src / "rmqk_every_other" / "__init__.py").write_text(
-        textwrap.dedent(
-            '''
-            """A third-party allocation strategy: queue k goes to consumer k mod n."""
-            from rmqk import hookimpl
-
-
-            class EveryOther:
-                name = "EVERY_OTHER"
-
-                def __init__(self, offset=0):
-                    self.offset = offset
-
-                def allocate(self, group, current_cid, mq_all, cid_all):
-                    i = (cid_all.index(current_cid) + self.offset) % len(cid_all)
-                    return [mq for k, mq in enumerate(mq_all) if k % len(cid_all) == i]
-
-
-            @hookimpl
-            def rmqk_register_allocation_strategies(register):
-                register("EVERY_OTHER", EveryOther)
-            '''
-        )
-    )
-    (src / "pyproject.toml").write_text(
-        textwrap.dedent(
-            f"""
-            [build-system]
-            requires = ["setuptools>=61"]
-            build-backend = "setuptools.build_meta"
-
-            [project]
-            name = "{DIST}"
-            version = "1.2.3"
-
-            [project.entry-points.rmqk]
-            every_other = "rmqk_every_other"
-
-            [tool.setuptools]
-            packages = ["rmqk_every_other"]
-            """
-        )
-    )
+    # A copy, so the build leaves nothing behind in the repository.
+    src = tmp_path_factory.mktemp("dist") / "plugin-every-other"
+    shutil.copytree(PLUGIN_DIR, src)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "install", "--no-deps", str(src)], check=True)
     reset_plugin_manager()
@@ -86,55 +54,132 @@ def test_entry_point_registers_the_strategy(installed_plugin: str) -> None:
     entry = reg.entry("EVERY_OTHER")
     assert entry.plugin == "every_other"
     dist = plugin_distribution("every_other")
-    assert dist is not None and dist.distribution == installed_plugin and dist.version == "1.2.3"
-    strategy = reg.create("EVERY_OTHER", offset=1)
-    mqs = [MessageQueue("T", "b", i) for i in range(4)]
-    assert strategy.allocate("g", "c1", mqs, ["c1", "c2"]) == [mqs[1], mqs[3]]
+    assert dist is not None and dist.distribution == installed_plugin and dist.version == "1.0.0"
+    mqs = [MessageQueue("T", "b", i) for i in range(5)]
+    plain = reg.create("EVERY_OTHER")
+    assert plain.allocate("g", "c1", mqs, ["c1", "c2"]) == [mqs[0], mqs[2], mqs[4]]
+    assert plain.allocate("g", "c2", mqs, ["c1", "c2"]) == [mqs[1], mqs[3]]
+    shifted = reg.create("EVERY_OTHER", offset=1)
+    assert shifted.allocate("g", "c1", mqs, ["c1", "c2"]) == [mqs[1], mqs[3]]
+    assert plain.allocate("g", "gone", mqs, ["c1", "c2"]) == []
+    with pytest.raises(ValueError, match="offset must be a non-negative integer"):
+        reg.create("EVERY_OTHER", offset=-1)
 
 
-def test_a_config_selects_the_strategy(installed_plugin: str, tmp_path: Path) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text(
-        textwrap.dedent(
-            """
-            [consumers.orders]
-            group = "g-every-other"
-            namesrv_addr = "127.0.0.1:9876"
-            subscription = { Orders = "*" }
-            allocate_message_queue_strategy = "EVERY_OTHER"
-            sink = "jsonl"
+def test_every_queue_goes_to_exactly_one_member(installed_plugin: str) -> None:
+    strategy = registries().allocation_strategies.create("EVERY_OTHER", offset=3)
+    for queues in range(0, 9):
+        mqs = [MessageQueue("T", "b", i) for i in range(queues)]
+        for members in range(1, 6):
+            cids = [f"c{i}" for i in range(members)]
+            shares = [strategy.allocate("g", c, mqs, cids) for c in cids]
+            flat = [mq for share in shares for mq in share]
+            assert sorted(flat) == mqs
 
-            [consumers.orders.allocate_options]
-            offset = 1
 
-            [consumers.orders.sink_options]
-            path = "out.jsonl"
-            """
-        )
-    )
-    config = load_config(path)
+def test_the_example_config_selects_the_strategy(installed_plugin: str) -> None:
+    config = load_config(EXAMPLE_CONFIG)
     spec = config.consumers[0]
     assert spec.options.allocate_message_queue_strategy == "EVERY_OTHER"
     strategy = registries().allocation_strategies.create(
         spec.options.allocate_message_queue_strategy, **dict(spec.options.allocate_options)
     )
-    assert strategy.offset == 1
+    assert strategy.offset == 0
 
 
 def test_rmqk_plugins_lists_it_and_disabling_removes_it(installed_plugin: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "rmqk.cli", "plugins"], capture_output=True, text=True, check=True
     ).stdout
-    assert f"every_other  [{installed_plugin} 1.2.3]" in out
+    assert f"every_other  [{installed_plugin} 1.0.0]" in out
     assert "EVERY_OTHER (every_other)" in out
-    import os
-
     env = {**os.environ, "RMQK_DISABLED_PLUGINS": "every_other"}
-    out = subprocess.run(
-        [sys.executable, "-m", "rmqk.cli", "plugins"],
+    result = subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", "check", str(EXAMPLE_CONFIG)],
         capture_output=True,
         text=True,
-        check=True,
         env=env,
-    ).stdout
-    assert "EVERY_OTHER" not in out
+    )
+    assert result.returncode == 1
+    assert "unknown allocation strategy 'EVERY_OTHER'" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from rmqk.plugins.broker import EmbeddedBroker
+
+    with EmbeddedBroker.run_in_thread(
+        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
+    ) as handle:
+        yield handle
+
+
+def test_two_members_split_the_queues_every_other(
+    installed_plugin: str, broker: Any, tmp_path: Path
+) -> None:
+    """Two `rmqk run` processes with the example config: each holds every other queue."""
+    produced = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqk.cli",
+            "produce",
+            "--namesrv",
+            broker.namesrv_addr,
+            "--topic",
+            "Orders",
+            "--count",
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert produced.returncode == 0, produced.stderr
+    config = tmp_path / "every-other.toml"
+    text = EXAMPLE_CONFIG.read_text().replace("127.0.0.1:9876", broker.namesrv_addr)
+    config.write_text(text.replace('"out/orders-every-other.jsonl"', f'"{tmp_path}/out.jsonl"'))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        holdings: dict[str, list[int]] = {}
+        while time.monotonic() < deadline:
+            result = subprocess.run(
+                [sys.executable, "-m", "rmqk.cli", "status", str(config), "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if result.returncode == 0:
+                (status,) = json.loads(result.stdout)
+                holdings = {
+                    c["client_id"]: sorted(
+                        q["queue"] for q in c["queues"] if q["topic"] == "Orders"
+                    )
+                    for c in status["clients"]
+                }
+                if len(holdings) == 2 and sorted(holdings.values()) == [[0, 2], [1, 3]]:
+                    break
+            time.sleep(0.5)
+        first, second = sorted(holdings)
+        # Sorted client ids: the first member takes queues 0 and 2, the second 1 and 3.
+        assert holdings == {first: [0, 2], second: [1, 3]}, holdings
+    finally:
+        # One at a time: the second member rebalances after the first leaves and is stopped
+        # once that is done, not while the broker's notification of the leave arrives.
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+            time.sleep(1.0)
+    assert [p.returncode for p in procs] == [0, 0]
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert {json.loads(line)["queue_offset"] for line in lines} == set(range(10))
+    assert len({(json.loads(x)["queue_id"], json.loads(x)["queue_offset"]) for x in lines}) == 40

@@ -1,0 +1,48 @@
+"""EVERY_OTHER: an rmqk allocation strategy in a distribution of its own.
+
+With n consumers in a group, the consumer at position i (in the sorted list of
+client ids) takes queues i, i + n, i + 2n, ... of the sorted queue list: with two
+consumers, each takes every other queue. ``offset`` (from the consumer's
+``allocate_options`` table) shifts the positions, so two groups reading the same
+topic can start on different queues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rmqk import MessageQueue, hookimpl
+from rmqk.hookspecs import Register
+
+__all__ = ["EveryOther", "rmqk_register_allocation_strategies"]
+
+
+class EveryOther:
+    """One consumer's share of a topic's queues."""
+
+    name = "EVERY_OTHER"
+
+    def __init__(self, offset: int = 0) -> None:
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"EVERY_OTHER: offset must be a non-negative integer, got {offset!r}")
+        self.offset = offset
+
+    def allocate(
+        self,
+        group: str,
+        current_cid: str,
+        mq_all: Sequence[MessageQueue],
+        cid_all: Sequence[str],
+    ) -> list[MessageQueue]:
+        # rmqk hands both lists sorted, the same way on every member, so every
+        # member computes the same split without talking to the others.
+        if current_cid not in cid_all:
+            return []
+        position = (cid_all.index(current_cid) + self.offset) % len(cid_all)
+        return [mq for k, mq in enumerate(mq_all) if k % len(cid_all) == position]
+
+
+@hookimpl
+def rmqk_register_allocation_strategies(register: Register) -> None:
+    # register(name, factory): the factory is called with the allocate_options table.
+    register("EVERY_OTHER", EveryOther)

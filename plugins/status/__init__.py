@@ -1,0 +1,320 @@
+"""rmqk.plugins.status: the ``rmqk status`` command.
+
+``rmqk status CONFIG`` shows, for every consumer a config file composes, the
+clients of its group that are online, the queues each holds, the committed and
+broker offsets of every queue, the lag, and what each client caches, read from
+the brokers and from the clients' running info (relayed by the brokers, so it
+works for Java clients of the group too). ``rmqk status --namesrv ADDR --group G``
+does the same without a config file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from rmqk.cli import Command
+from rmqk.errors import RmqkError
+from rmqk.hookspecs import Register, hookimpl
+from rmqk.model import MessageQueue
+from rmqk.plugins.status.collect import ClientStatus, GroupStatus, QueueStatus, group_status
+
+__all__ = ["STATUS_COMMAND", "format_status", "rmqk_register_commands", "status_json"]
+
+
+def _args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config", nargs="?", help="TOML config file: show every consumer it composes"
+    )
+    parser.add_argument(
+        "--consumer",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="with CONFIG: only this consumer table (repeatable)",
+    )
+    parser.add_argument("--namesrv", help="without CONFIG: name server address(es), ';'-separated")
+    parser.add_argument("--group", action="append", help="without CONFIG: the consumer group")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        help="also show this topic's queues (repeatable; needed when no consumer is online)",
+    )
+    parser.add_argument(
+        "--transport", default="tcp", help="without CONFIG: the transport (default: tcp)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="per request (default: 3)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+@attrs.frozen
+class _Target:
+    group: str
+    topics: tuple[str, ...]
+    namesrv_addrs: tuple[str, ...]
+    transport: str
+    transport_options: Any
+    use_tls: bool
+    name: str | None
+
+
+def _targets(args: argparse.Namespace) -> list[_Target]:
+    if args.config and (args.namesrv or args.group):
+        raise RmqkError("give either a config file or --namesrv with --group, not both")
+    if args.config:
+        from rmqk.config import announce_config, load_config
+
+        config = load_config(args.config)
+        # The acl plugin reads its [acl] table here, so requests are signed as the consumers'.
+        announce_config(config)
+        specs = [s for s in config.consumers if not args.consumer or s.name in args.consumer]
+        missing = sorted(set(args.consumer or ()) - {s.name for s in specs})
+        if missing:
+            known = ", ".join(s.name for s in config.consumers)
+            raise RmqkError(
+                f"no consumer named {', '.join(missing)} in {config.path}; consumers: {known}"
+            )
+        return [
+            _Target(
+                group=s.group,
+                topics=tuple(dict.fromkeys([*(sub.topic for sub in s.subscriptions), *args.topic])),
+                namesrv_addrs=s.namesrv_addrs,
+                transport=s.transport,
+                transport_options=s.transport_options,
+                use_tls=s.options.use_tls,
+                name=s.name,
+            )
+            for s in specs
+        ]
+    if not args.namesrv or not args.group:
+        raise RmqkError("give a config file, or --namesrv ADDR and --group GROUP")
+    addrs = tuple(a.strip() for a in args.namesrv.split(";") if a.strip())
+    return [
+        _Target(g, tuple(args.topic), addrs, args.transport, {}, False, None) for g in args.group
+    ]
+
+
+async def _read(target: _Target, timeout_ms: int) -> GroupStatus:
+    from rmqk.pluginmanager import get_plugin_manager, registries
+    from rmqk.transport import TlsConfig, TransportConfig
+
+    config = TransportConfig(
+        namesrv_addrs=target.namesrv_addrs,
+        client_id="rmqk-status",
+        request_timeout_ms=timeout_ms,
+        tls=TlsConfig(enabled=True) if target.use_tls else TlsConfig(),
+        options=dict(target.transport_options),
+    )
+    transport = registries().transports.create(target.transport, config, get_plugin_manager().hook)
+    await transport.start()
+    try:
+        return await group_status(
+            transport, target.group, target.topics, name=target.name, timeout_ms=timeout_ms
+        )
+    finally:
+        await transport.close()
+
+
+def _run(args: argparse.Namespace) -> int:
+    targets = _targets(args)
+    timeout_ms = max(int(args.timeout * 1000), 1)
+
+    async def read_all() -> list[GroupStatus]:
+        return [await _read(t, timeout_ms) for t in targets]
+
+    statuses = asyncio.run(read_all())
+    if args.json:
+        print(json.dumps(status_json(statuses), indent=2))
+    else:
+        print(format_status(statuses))
+    healthy = all(s.clients and not s.problems for s in statuses)
+    return 0 if healthy else 1
+
+
+# -- output ---------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
+    cells = [list(headers)] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        (indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
+        for r in cells
+    )
+
+
+def _time(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(ms / 1000)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _opt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _client_rows(clients: Sequence[ClientStatus]) -> list[list[object]]:
+    return [
+        [
+            c.client_id,
+            c.state,
+            len(c.queues) if c.state == "RUNNING" else "-",
+            "-" if c.orderly is None else ("orderly" if c.orderly else "concurrent"),
+            f"{c.consume_ok_tps:.1f}",
+            f"{c.consume_failed_tps:.1f}",
+            _time(c.started_ms),
+        ]
+        for c in clients
+    ]
+
+
+def _queue_rows(queues: Sequence[QueueStatus]) -> list[list[object]]:
+    return [
+        [
+            q.queue.topic,
+            q.queue.broker_name,
+            q.queue.queue_id,
+            _opt(q.broker_offset),
+            _opt(q.consumer_offset),
+            _opt(q.lag),
+            _opt(q.cached_messages),
+            q.state,
+            q.owner or "-",
+        ]
+        for q in queues
+    ]
+
+
+def format_status(statuses: Sequence[GroupStatus]) -> str:
+    """The tables ``rmqk status`` prints."""
+    blocks = []
+    for s in statuses:
+        where = f"[consumers.{s.name}] " if s.name else ""
+        online = sum(1 for c in s.clients if c.state == "RUNNING")
+        lines = [
+            f"{where}group {s.group}: {online} of {len(s.clients)} consumer(s) answering, "
+            f"{len(s.queues)} queue(s), lag {s.lag}"
+        ]
+        if s.clients:
+            lines.append("")
+            lines.append(
+                _table(
+                    ["consumer", "state", "queues", "mode", "ok/s", "failed/s", "started"],
+                    _client_rows(s.clients),
+                )
+            )
+            for c in s.clients:
+                if c.error:
+                    lines.append(f"  {c.client_id}: {c.error}")
+        if s.queues:
+            lines.append("")
+            lines.append(
+                _table(
+                    [
+                        "topic",
+                        "broker",
+                        "queue",
+                        "broker offset",
+                        "consumer offset",
+                        "lag",
+                        "cached",
+                        "state",
+                        "owner",
+                    ],
+                    _queue_rows(s.queues),
+                )
+            )
+        if s.problems:
+            lines.append("")
+            lines.append("  problems:")
+            lines.extend(f"    - {p}" for p in s.problems)
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _mq(mq: MessageQueue) -> dict[str, Any]:
+    return {"topic": mq.topic, "broker": mq.broker_name, "queue": mq.queue_id}
+
+
+def status_json(statuses: Sequence[GroupStatus]) -> list[dict[str, Any]]:
+    """The JSON ``rmqk status --json`` prints: one object per group."""
+    out = []
+    for s in statuses:
+        out.append(
+            {
+                "name": s.name,
+                "group": s.group,
+                "topics": list(s.topics),
+                "lag": s.lag,
+                "clients": [
+                    {
+                        "client_id": c.client_id,
+                        "state": c.state,
+                        "error": c.error,
+                        "queues": [_mq(q) for q in c.queues],
+                        "topics": list(c.topics),
+                        "orderly": c.orderly,
+                        "started_ms": c.started_ms,
+                        "version": c.version,
+                        "consume_ok_tps": c.consume_ok_tps,
+                        "consume_failed_tps": c.consume_failed_tps,
+                        "pull_tps": c.pull_tps,
+                    }
+                    for c in s.clients
+                ],
+                "queues": [
+                    {
+                        **_mq(q.queue),
+                        "broker_offset": q.broker_offset,
+                        "consumer_offset": q.consumer_offset,
+                        "lag": q.lag,
+                        "cached_messages": q.cached_messages,
+                        "state": q.state,
+                        "owner": q.owner,
+                        "last_pull_ms": q.last_pull_ms,
+                    }
+                    for q in s.queues
+                ],
+                "problems": list(s.problems),
+            }
+        )
+    return out
+
+
+STATUS_COMMAND = Command(
+    help="show each consumer's queues, offsets, lag and state, read from the brokers",
+    run=_run,
+    add_arguments=_args,
+    description=(
+        "Show, for each consumer group, the clients online, the queues each holds, the "
+        "broker and committed offset of every queue, the lag, and what each client caches. "
+        "Offsets come from the brokers; the rest from each client's running info, which the "
+        "brokers relay (Java clients answer it too). Exit status 1 when a group has no "
+        "client online or something did not answer."
+    ),
+    examples=(
+        "rmqk status examples/jsonl.toml",
+        "rmqk status consumers.toml --consumer orders --json",
+        "rmqk status --namesrv 127.0.0.1:9876 --group order-analytics",
+        "rmqk status --namesrv 127.0.0.1:9876 --group order-analytics --topic Orders",
+    ),
+)
+
+
+@hookimpl
+def rmqk_register_commands(register: Register) -> None:
+    register("status", STATUS_COMMAND)

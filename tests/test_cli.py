@@ -1,0 +1,219 @@
+"""The CLI as a person meets it: help with examples, one-line errors, the live summary line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqk import cli
+from rmqk.cli import Command, build_parser, main
+from rmqk.errors import ClientError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def rmqk(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kwargs,
+    )
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_command_help_ends_with_examples() -> None:
+    commands = subcommands()
+    assert {"plugins", "check", "run", "produce", "status", "broker"} <= set(commands)
+    for name, parser in commands.items():
+        text = parser.format_help()
+        assert "\nexamples:\n  rmqk " in text, f"rmqk {name} --help has no examples"
+        assert "--log-level" in text and "--debug" in text
+    top = build_parser().format_help()
+    assert "examples:\n  rmqk " in top
+
+
+def test_logging_options_are_accepted_after_the_command() -> None:
+    args = build_parser().parse_args(
+        ["check", "x.toml", "--log-level", "info", "--log-format", "json", "--debug"]
+    )
+    assert (args.log_level, args.log_format, args.debug) == ("INFO", "json", True)
+    args = build_parser().parse_args(["--log-level", "DEBUG", "check", "x.toml"])
+    assert (args.log_level, args.log_format, args.debug) == ("DEBUG", "text", False)
+
+
+def test_a_missing_config_is_one_line_and_debug_shows_the_traceback(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    result = rmqk("run", str(missing))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("rmqk: error: ") and str(missing) in lines[0]
+    assert "cannot read the file" in lines[0]
+    debug = rmqk("run", str(missing), "--debug")
+    assert debug.returncode != 0
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "ConfigError" in debug.stderr
+
+
+def test_unexpected_errors_are_one_line_naming_the_type(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(args: argparse.Namespace) -> int:
+        raise KeyError("partition 7")
+
+    def refused(args: argparse.Namespace) -> int:
+        raise ClientError("the broker refused: no permission")
+
+    commands = {
+        **cli.BUILTIN_COMMANDS,
+        "boom": Command(help="fails", run=boom, examples=("rmqk boom",)),
+        "refused": Command(help="fails", run=refused, examples=("rmqk refused",)),
+    }
+    monkeypatch.setattr(cli, "BUILTIN_COMMANDS", commands)
+    assert main(["boom"]) == 1
+    err = capsys.readouterr().err
+    assert err == "rmqk: error: KeyError: 'partition 7' (--debug shows the traceback)\n"
+    assert main(["refused"]) == 1
+    assert capsys.readouterr().err == "rmqk: error: the broker refused: no permission\n"
+    with pytest.raises(KeyError):
+        main(["boom", "--debug"])
+
+
+def test_no_command_prints_help() -> None:
+    result = rmqk()
+    assert result.returncode == 2
+    assert "usage: rmqk" in result.stdout and "examples:" in result.stdout
+
+
+# -- the summary line of `rmqk run` --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from rmqk.plugins.broker import EmbeddedBroker
+
+    with EmbeddedBroker.run_in_thread(
+        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
+    ) as handle:
+        yield handle
+
+
+def write_config(path: Path, namesrv: str, group: str, topic: str, out: Path) -> Path:
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            [consumers.summary]
+            group = "{group}"
+            namesrv_addr = "{namesrv}"
+            subscription = {{ {topic} = "*" }}
+            consume_from_where = "CONSUME_FROM_FIRST_OFFSET"
+            sink = "jsonl"
+            sink_options = {{ path = "{out}" }}
+            """
+        )
+    )
+    return path
+
+
+def produce(namesrv: str, topic: str, count: int) -> None:
+    result = rmqk("produce", "--namesrv", namesrv, "--topic", topic, "--count", str(count))
+    assert result.returncode == 0, result.stderr
+
+
+def read_until(fd: int, done: Any, timeout: float) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not done(data):
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+def test_run_shows_a_live_summary_on_a_terminal(broker: Any, tmp_path: Path) -> None:
+    produce(broker.namesrv_addr, "SummaryTty", 120)
+    out = tmp_path / "out.jsonl"
+    config = write_config(
+        tmp_path / "c.toml", broker.namesrv_addr, "g-summary-tty", "SummaryTty", out
+    )
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    os.close(secondary)
+    try:
+        # Four queues of the topic, and the group's retry queue once its route exists.
+        line = re.compile(
+            rb"\r\x1b\[Ksummary: [45] queues, 120 consumed \([0-9,]+/s\), "
+            rb"0 failed, 0 cached, lag 0"
+        )
+        screen = read_until(primary, lambda d: line.search(d) is not None, 45)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest = read_until(primary, lambda d: False, 5)
+        proc.wait(timeout=30)
+        os.close(primary)
+    text = screen.decode()
+    assert "rmqk: running 1 consumer(s)" in text
+    assert line.search(screen), text[-500:]
+    # The line is cleared when the consumer stops, so the shell prompt starts clean.
+    assert (screen + rest).endswith(b"\r\x1b[K") or proc.returncode == 0
+    assert proc.returncode == 0
+    assert len(out.read_text().splitlines()) == 120
+
+
+def test_run_stays_quiet_off_a_terminal(broker: Any, tmp_path: Path) -> None:
+    produce(broker.namesrv_addr, "SummaryPipe", 50)
+    out = tmp_path / "out.jsonl"
+    config = write_config(
+        tmp_path / "c.toml", broker.namesrv_addr, "g-summary-pipe", "SummaryPipe", out
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            if out.exists() and len(out.read_text().splitlines()) >= 50:
+                break
+            time.sleep(0.2)
+        time.sleep(1.5)  # a summary line would have been drawn by now
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert len(out.read_text().splitlines()) == 50
+    assert stdout == "" and stderr == ""
