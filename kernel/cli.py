@@ -26,6 +26,7 @@ from typing import IO, Any, cast
 import attrs
 
 from rmqk import __version__
+from rmqk.aioutil import wait_event
 from rmqk.errors import ConfigError, RmqkError
 from rmqk.logsetup import FORMATS, LEVELS, configure_logging
 
@@ -218,8 +219,7 @@ class SummaryLine:
                 except Exception:
                     # The summary is a convenience: it must never take the consumers down.
                     log.debug("summary line failed", exc_info=True)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.interval)
+                await wait_event(stop, self.interval)
         finally:
             self.clear()
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 
+from rmqk.aioutil import wait_event
 from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, ReadOffsetType
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.consumer import filter_pulled, stamp_queue_offsets
@@ -571,8 +572,7 @@ class AsyncLitePullConsumer:
             if remaining <= 0 or self.state is not ServiceState.RUNNING:
                 return []
             self._ready.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), remaining)
+            await wait_event(self._ready, remaining)
 
     def _take_batch(self) -> _Batch | None:
         """Pop the oldest batch of a queue that is held, current and not paused."""
@@ -893,10 +893,7 @@ class AsyncLitePullConsumer:
         """The one circulating pull of a queue (Java's PullTaskImpl); ends when it goes stale."""
         while self._is_current(state, generation):
             if state.paused:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        state.unpaused.wait(), PULL_TIME_DELAY_MILLS_WHEN_PAUSE / 1000
-                    )
+                await wait_event(state.unpaused, PULL_TIME_DELAY_MILLS_WHEN_PAUSE / 1000)
                 continue
             try:
                 delay = await self._fetch_once(state, generation)

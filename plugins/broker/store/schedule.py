@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from rmqk.aioutil import wait_event
+
 from .files import StoreError, read_json_document, write_json_document
 
 if TYPE_CHECKING:
@@ -200,8 +202,7 @@ class ScheduleService:
                 if timeout == 0.0:
                     await asyncio.sleep(0)
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._event.wait(), min(timeout, 1.0))
+                await wait_event(self._event, min(timeout, 1.0))
         finally:
             self._loop = None
             self._event = None
