@@ -227,7 +227,9 @@ class Rebalance:
             await self.unlock(mq, oneway=True)
             return True
         try:
-            await asyncio.wait_for(consume_lock.acquire(), 1.0)
+            # Not wait_for: on 3.11 it can lose a cancellation or a just-acquired lock.
+            async with asyncio.timeout(1.0):
+                await consume_lock.acquire()
         except TimeoutError:
             pq.try_unlock_times += 1
             return False
