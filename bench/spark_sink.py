@@ -1,0 +1,201 @@
+"""``spark-sink``: rows/s into Parquet through the ``spark`` sink, against plain consume.
+
+The same N messages are consumed twice with the same consumer settings: once
+by a no-op async listener (the consume rate) and once delivered to the sink,
+which group-commits them into Parquet and acknowledges each batch only after
+the write (rows/s). Spark is warmed first by sinking a small topic, so the
+figure excludes the JVM's start. The rows on disk are counted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from bench.cluster import Cluster
+from bench.harness import Result, at_least
+from bench.load import ConsumeRun, consume_all, fill_topic, unique
+from bench.sparkbench import Pending, key_values, require_pyspark
+from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.errors import RmqkError
+from rmqk.message import MessageExt
+from rmqk.pluginmanager import registries
+
+NAME = "spark-sink"
+HELP = "rows/s into Parquet through the spark sink, as a ratio to consume"
+
+TARGET_OVER_CONSUME = 0.8
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", "-n", type=int, default=200_000, help="messages (200000)")
+    parser.add_argument("--size", type=int, default=100, help="body bytes (100)")
+    parser.add_argument("--queues", "-q", type=int, default=4, help="queues (4)")
+    parser.add_argument("--batch", type=int, default=32, help="listener batch size (32)")
+    parser.add_argument(
+        "--consume-thread-max",
+        type=int,
+        default=64,
+        help="concurrent listener calls, i.e. sink writes waiting on a flush (64)",
+    )
+    parser.add_argument(
+        "--consumer-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="consumer option for both runs, e.g. pull_threshold_for_queue=8000 (repeatable)",
+    )
+    parser.add_argument(
+        "--warmup-messages", type=int, default=20_000, help="sunk before measuring; 0: none"
+    )
+    parser.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra sink option, e.g. flush_rows=50000 (repeatable)",
+    )
+    parser.add_argument("--out", default=None, help="output directory (default: a temp dir)")
+    parser.add_argument("--timeout", type=float, default=900.0)
+
+
+def require_sink() -> None:
+    require_pyspark()
+    if "spark" not in registries().sinks.names():
+        raise Pending("no sink named 'spark' is registered (rmqk.plugins.spark not ready)")
+
+
+async def sink_run(
+    ns: str,
+    topic: str,
+    expected: int,
+    options: dict[str, Any],
+    sink_options: dict[str, Any],
+    timeout: float,
+) -> tuple[ConsumeRun, dict[str, Any]]:
+    sink = registries().sinks.create("spark", sink_options)
+    await sink.start()
+    done = asyncio.Event()
+    count = [0]
+    first: list[float] = []
+
+    async def deliver(msgs: list[MessageExt], context: Any) -> None:
+        await sink.write(context.queue, msgs)
+        if not first:
+            first.append(time.perf_counter())
+        count[0] += len(msgs)
+        if count[0] >= expected:
+            done.set()
+
+    consumer = AsyncPushConsumer(
+        unique("bench_sink"),
+        namesrv_addr=ns,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        **options,
+    )
+    consumer.subscribe(topic, "*")
+    consumer.register_listener(deliver)
+    started = time.perf_counter()
+    try:
+        await consumer.start()
+        try:
+            await asyncio.wait_for(done.wait(), timeout)
+        except TimeoutError:
+            raise RmqkError(
+                f"the spark sink acknowledged {count[0]} of {expected} within {timeout:.0f} s"
+            ) from None
+        elapsed = time.perf_counter() - started
+        await consumer.shutdown()
+        stats = attrs.asdict(sink.stats) if attrs.has(type(getattr(sink, "stats", None))) else {}
+    finally:
+        await sink.close()
+    return ConsumeRun(count[0], elapsed, first[0] - started), stats
+
+
+def count_rows(path: str) -> int:
+    from rmqk.plugins.spark.session import get_session
+
+    rows: int = get_session().read.parquet(path).count()
+    return rows
+
+
+async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
+    require_sink()
+    ns = cluster.namesrv_addr
+    topic = unique("bench_sink")
+    warm_topic = unique("bench_sink_warm")
+    await cluster.create_topic(topic, args.queues)
+    await cluster.create_topic(warm_topic, args.queues)
+    await fill_topic(ns, topic, args.messages, args.size)
+    if args.warmup_messages > 0:
+        await fill_topic(ns, warm_topic, args.warmup_messages, args.size)
+    options: dict[str, Any] = {
+        "consume_message_batch_max_size": args.batch,
+        "consume_thread_max": args.consume_thread_max,
+    }
+    consumer_extra = {
+        k: int(v) if v.lstrip("-").isdigit() else v
+        for k, v in key_values(args.consumer_option).items()
+    }
+    options.update(consumer_extra)
+    own_out = args.out is None
+    out = Path(args.out or tempfile.mkdtemp(prefix="rmqk-bench-sink-"))
+    extra = key_values(args.sink_option)
+    try:
+        warm_s = 0.0
+        if args.warmup_messages > 0:
+            warm_opts = {"path": str(out / "warmup"), **extra}
+            warm, _ = await sink_run(
+                ns, warm_topic, args.warmup_messages, options, warm_opts, args.timeout
+            )
+            warm_s = warm.elapsed_s
+        consume = await consume_all(
+            ns,
+            topic,
+            args.messages,
+            batch_size=args.batch,
+            listener="async",
+            timeout=args.timeout,
+            options={k: v for k, v in options.items() if k != "consume_message_batch_max_size"},
+        )
+        sink_opts = {"path": str(out / "data"), **extra}
+        sinked, stats = await sink_run(ns, topic, args.messages, options, sink_opts, args.timeout)
+        rows_on_disk = await asyncio.to_thread(count_rows, str(out / "data"))
+    finally:
+        if own_out:
+            shutil.rmtree(out, ignore_errors=True)
+    ratio = sinked.rate / consume.rate
+    flushes = stats.get("flushes")
+    return Result(
+        NAME,
+        f"{sinked.rate:,.0f} rows/s into Parquet vs consume {consume.rate:,.0f} msg/s "
+        f"({ratio:.2f}); {rows_on_disk:,} rows on disk, {flushes} flushes; warm-up "
+        f"{warm_s:.1f} s",
+        parameters={
+            "messages": args.messages,
+            "size": args.size,
+            "queues": args.queues,
+            "batch": args.batch,
+            "consume_thread_max": args.consume_thread_max,
+            "consumer_options": consumer_extra,
+            "warmup_messages": args.warmup_messages,
+            "sink_options": extra,
+        },
+        figures={
+            "sink_rows_per_s": round(sinked.rate, 1),
+            "consume_msgs_per_s": round(consume.rate, 1),
+            "sink_over_consume": round(ratio, 4),
+            "rows_on_disk": rows_on_disk,
+            "flushes": flushes,
+            "warmup_s": round(warm_s, 2),
+            "seconds_writing": round(float(stats.get("seconds_writing", 0.0)), 3),
+        },
+        targets=[at_least("sink/consume", ratio, TARGET_OVER_CONSUME)],
+    )
