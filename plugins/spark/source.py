@@ -1,0 +1,462 @@
+"""``spark.readStream.format("rocketmq")`` and ``spark.read.format("rocketmq")``.
+
+A Python data source (PySpark 4.0+). The driver plans one input partition per
+queue with new messages, from the brokers' min and max offsets; executors pull
+their ranges straight from the brokers. Offsets live in Spark's checkpoint as
+``{"<topic>@<broker>@<queueId>": next_offset}``; the source never commits to a
+consumer group, so it neither needs one nor disturbs one.
+
+Options (names are case-insensitive):
+
+=========================  ==========================================================
+``namesrv``                name server(s), ``;`` or ``,`` separated (``nameserver``
+                           and ``nameServer`` are accepted too); required
+``topics``                 comma-separated topics (``topic`` is accepted too); required
+``startingOffsets``        ``earliest``, ``latest`` (streaming default), a timestamp
+                           (ms or ISO 8601) or JSON per queue; for a new query only
+``endingOffsets``          batch reads: ``latest`` (default) or JSON per queue
+``maxMessagesPerTrigger``  at most this many offsets per micro-batch, shared fairly
+``subExpression``          tag filter such as ``TagA || TagB`` (default ``*``)
+``failOnDataLoss``         fail when planned offsets are gone (default true)
+``pullTimeoutMs``          timeout of each broker request (default 10000)
+``consumerGroup``          group named in pull requests (default rmqk-spark-source)
+=========================  ==========================================================
+
+JSON offsets are flat (``{"Orders@broker-a@0": 42}``) or nested
+(``{"Orders": {"broker-a": {"0": 42}}}``); -2 is a queue's earliest, -1 its latest.
+
+On PySpark 4.2+ the limit is admission control (``getDefaultReadLimit`` gives
+``ReadMaxRows``) and ``trigger(availableNow=True)`` reads everything there is
+in batches of at most the limit. PySpark 4.0 and 4.1 call ``latestOffset()``
+without the start offset and have no admission control for Python sources:
+the limit counts from the end of this reader's previous batch, the first
+batch after a query (re)starts is not limited, and ``availableNow`` / ``once``
+triggers run a single batch (of at most the limit, so leave
+``maxMessagesPerTrigger`` unset for those there); after a failure that single
+batch is the interrupted one, replayed, and the next run goes on from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+
+from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.plugins.spark.columns import messages_to_arrow, spark_schema
+from rmqk.plugins.spark.offsets import (
+    OffsetSpec,
+    cap_offsets,
+    parse_offset_key,
+    parse_offset_spec,
+)
+from rmqk.plugins.spark.pull import BrokerReader, QueueInfo
+
+# PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
+# Python sources; 4.0 and 4.1 have neither.
+_ReadAllAvailable: Any = None
+_ReadMaxRows: Any = None
+_MIXINS: tuple[type, ...] = ()
+try:
+    from pyspark.sql.streaming import datasource as _streaming_datasource
+except ImportError:  # pragma: no cover - PySpark 4.0
+    pass
+else:
+    _ReadAllAvailable = getattr(_streaming_datasource, "ReadAllAvailable", None)
+    _ReadMaxRows = getattr(_streaming_datasource, "ReadMaxRows", None)
+    _available_now = getattr(_streaming_datasource, "SupportsTriggerAvailableNow", None)
+    if _available_now is not None:
+        _MIXINS = (_available_now,)
+
+__all__ = ["QueueRange", "RocketMQDataSource", "SourceOptions", "register"]
+
+log = logging.getLogger("rmqk.plugins.spark.source")
+
+# Rows per Arrow batch handed to Spark from one partition.
+ARROW_BATCH_ROWS = 8192
+
+_ALIASES = {
+    "namesrv": "namesrv",
+    "nameserver": "namesrv",
+    "namesrvaddr": "namesrv",
+    "topics": "topics",
+    "topic": "topics",
+    "startingoffsets": "startingOffsets",
+    "endingoffsets": "endingOffsets",
+    "maxmessagespertrigger": "maxMessagesPerTrigger",
+    "subexpression": "subExpression",
+    "failondataloss": "failOnDataLoss",
+    "pulltimeoutms": "pullTimeoutMs",
+    "consumergroup": "consumerGroup",
+}
+_ALLOWED = sorted(set(_ALIASES.values()))
+_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+
+
+def _problem(key: str, message: str) -> ConfigProblem:
+    return ConfigProblem("<spark options>", "rocketmq", key, message)
+
+
+@attrs.frozen
+class SourceOptions:
+    namesrv: tuple[str, ...]
+    topics: tuple[str, ...]
+    starting: OffsetSpec
+    ending: OffsetSpec
+    max_messages_per_trigger: int | None = None
+    sub_expression: str = "*"
+    fail_on_data_loss: bool = True
+    pull_timeout_ms: int = 10_000
+    consumer_group: str = "rmqk-spark-source"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], streaming: bool) -> SourceOptions:
+        problems: list[ConfigProblem] = []
+        values: dict[str, str] = {}
+        for raw_key, value in options.items():
+            name = _ALIASES.get(str(raw_key).lower().replace("_", ""))
+            if name is None:
+                problems.append(
+                    _problem(str(raw_key), f"unknown option; options: {', '.join(_ALLOWED)}")
+                )
+            elif value is not None:
+                values[name] = str(value)
+        namesrv = tuple(
+            a.strip() for a in re.split(r"[;,]", values.get("namesrv", "")) if a.strip()
+        )
+        if not namesrv:
+            problems.append(
+                _problem("namesrv", "required: the name server(s), e.g. 127.0.0.1:9876")
+            )
+        topics = tuple(t.strip() for t in values.get("topics", "").split(",") if t.strip())
+        if not topics:
+            problems.append(_problem("topics", "required: comma-separated topics"))
+        for topic in topics:
+            if not _TOPIC.match(topic):
+                problems.append(_problem("topics", f"{topic!r} is not a valid topic name"))
+
+        def integer(key: str, minimum: int) -> int | None:
+            if key not in values:
+                return None
+            try:
+                number = int(values[key])
+            except ValueError:
+                problems.append(_problem(key, f"must be an integer, got {values[key]!r}"))
+                return None
+            if number < minimum:
+                problems.append(_problem(key, f"must be at least {minimum}, got {number}"))
+                return None
+            return number
+
+        max_per_trigger = integer("maxMessagesPerTrigger", 1)
+        timeout = integer("pullTimeoutMs", 1)
+        fail = values.get("failOnDataLoss", "true").strip().lower()
+        if fail not in ("true", "false"):
+            problems.append(_problem("failOnDataLoss", f"must be true or false, got {fail!r}"))
+        starting: OffsetSpec | None = None
+        ending: OffsetSpec | None = None
+        try:
+            starting = parse_offset_spec(
+                values.get("startingOffsets"),
+                "startingOffsets",
+                "latest" if streaming else "earliest",
+            )
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        try:
+            ending = parse_offset_spec(values.get("endingOffsets"), "endingOffsets", "latest")
+            if streaming and "endingOffsets" in values:
+                problems.append(_problem("endingOffsets", "is for batch reads (spark.read) only"))
+            elif ending.kind == "timestamp":
+                problems.append(
+                    _problem("endingOffsets", "must be latest or JSON offsets, not a timestamp")
+                )
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        if "maxMessagesPerTrigger" in values and not streaming:
+            problems.append(_problem("maxMessagesPerTrigger", "is for streaming reads only"))
+        expression = values.get("subExpression", "*").strip() or "*"
+        if problems:
+            raise ConfigError(problems)
+        assert starting is not None and ending is not None
+        return cls(
+            namesrv=namesrv,
+            topics=topics,
+            starting=starting,
+            ending=ending,
+            max_messages_per_trigger=max_per_trigger,
+            sub_expression=expression,
+            fail_on_data_loss=fail == "true",
+            pull_timeout_ms=timeout or 10_000,
+            consumer_group=values.get("consumerGroup", "rmqk-spark-source"),
+        )
+
+    def reader(self) -> BrokerReader:
+        return BrokerReader(
+            self.namesrv, group=self.consumer_group, timeout_ms=self.pull_timeout_ms
+        )
+
+
+class QueueRange(InputPartition):
+    """Offsets ``start`` (included) to ``end`` (excluded) of one queue."""
+
+    def __init__(self, topic: str, broker: str, queue_id: int, addr: str, start: int, end: int):
+        super().__init__(f"{topic}@{broker}@{queue_id}:{start}-{end}")
+        self.topic = topic
+        self.broker = broker
+        self.queue_id = queue_id
+        self.addr = addr
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"QueueRange({self.topic}@{self.broker}@{self.queue_id} [{self.start}, {self.end}))"
+
+
+def _plan(
+    queues: Sequence[QueueInfo], start: Mapping[str, Any], end: Mapping[str, Any]
+) -> list[QueueRange]:
+    addrs = {str(q.key): q.addr for q in queues}
+    out = []
+    for key in sorted(end):
+        if key not in start:
+            continue  # a queue that just appeared: this batch only records its start
+        s, e = int(start[key]), int(end[key])
+        if e <= s:
+            continue
+        qk = parse_offset_key(key)
+        addr = addrs.get(key)
+        if addr is None:
+            raise ConfigError(
+                f"queue {key} has offsets to read but is no longer in the topic's route"
+            )
+        out.append(QueueRange(qk.topic, qk.broker, qk.queue_id, addr, s, e))
+    return out
+
+
+def _read_range(options: SourceOptions, partition: QueueRange) -> Iterator[Any]:
+    """Pull a partition's range and yield Arrow record batches (runs on an executor)."""
+    from rmqk.plugins.spark.offsets import QueueKey
+
+    info = QueueInfo(
+        QueueKey(partition.topic, partition.broker, partition.queue_id), partition.addr
+    )
+    with asyncio.Runner() as runner:
+        reader = options.reader()
+        runner.run(reader.__aenter__())
+        try:
+            pulls = reader.pull_range(
+                info,
+                partition.start,
+                partition.end,
+                options.sub_expression,
+                fail_on_data_loss=options.fail_on_data_loss,
+            )
+            pending: list[Any] = []
+            count = 0
+            while True:
+                try:
+                    msgs: list[Any] = runner.run(anext(pulls))  # type: ignore[arg-type]
+                except StopAsyncIteration:
+                    break
+                pending.extend(msgs)
+                count += len(msgs)
+                if count >= ARROW_BATCH_ROWS:
+                    yield messages_to_arrow([(None, pending)])
+                    pending, count = [], 0
+            if pending:
+                yield messages_to_arrow([(None, pending)])
+        finally:
+            runner.run(reader.__aexit__(None, None, None))
+
+
+class _Driver:
+    """The driver side's broker access: one event loop and client, made on first use."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._runner: asyncio.Runner | None = None
+        self._reader: BrokerReader | None = None
+        self.queues: list[QueueInfo] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Loops, sockets and locks do not pickle; the copy makes its own on first use.
+        return {"options": self.options, "_runner": None, "_reader": None, "queues": []}
+
+    def run(self, make: Any) -> Any:
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        if self._reader is None:
+            reader = self.options.reader()
+            self._runner.run(reader.__aenter__())
+            self._reader = reader
+        try:
+            return self._runner.run(make(self._reader))
+        except Exception:
+            self.close()  # reconnect next time
+            raise
+
+    def refresh_queues(self) -> list[QueueInfo]:
+        self.queues = self.run(lambda r: r.queues(self.options.topics))
+        return self.queues
+
+    def close(self) -> None:
+        runner, reader = self._runner, self._reader
+        self._runner = self._reader = None
+        if runner is not None:
+            try:
+                if reader is not None:
+                    runner.run(reader.__aexit__(None, None, None))
+            finally:
+                runner.close()
+
+
+class RocketMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.driver = _Driver(options)
+        self._latest: dict[str, int] | None = None
+        self._last_end: dict[str, int] | None = None
+        self._target: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        queues = self.driver.refresh_queues()
+        offsets: dict[str, int] = self.driver.run(
+            lambda r: r.resolve(self.options.starting, queues)
+        )
+        log.info("rocketmq source starts at %s (%s)", offsets, self.options.starting.describe())
+        # PySpark 4.0/4.1 then asks latestOffset() without a start: this is it.
+        self._last_end = dict(offsets)
+        return offsets
+
+    def _available(self) -> dict[str, int]:
+        queues = self.driver.refresh_queues()
+        latest: dict[str, int] = self.driver.run(lambda r: r.max_offsets(queues))
+        self._latest = latest
+        return latest
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, int]:
+        latest = self._available()
+        target = self._target if self._target is not None else latest
+        if start is None:  # PySpark 4.0/4.1
+            start = self._last_end
+        if start is None:
+            end = dict(target)
+        else:
+            begin = {k: int(v) for k, v in start.items()}
+            new_queues = [k for k in target if k not in begin]
+            end = {k: max(int(target.get(k, v)), v) for k, v in begin.items()}
+            if new_queues:
+                # A queue that appeared since: record where it starts; the next batch reads it.
+                firsts = self.driver.run(
+                    lambda r: r.resolve(
+                        OffsetSpec("earliest"),
+                        [q for q in self.driver.queues if str(q.key) in new_queues],
+                    )
+                )
+                end.update(firsts)
+            max_rows = self._max_rows(limit)
+            if max_rows is not None:
+                end = cap_offsets(begin, end, max_rows)
+        self._last_end = end
+        return end
+
+    def _max_rows(self, limit: Any) -> int | None:
+        if limit is None:
+            return self.options.max_messages_per_trigger
+        if _ReadMaxRows is not None and isinstance(limit, _ReadMaxRows):
+            return int(limit.max_rows)
+        return None
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.options.max_messages_per_trigger is not None and _ReadMaxRows is not None:
+            return _ReadMaxRows(self.options.max_messages_per_trigger)
+        if _ReadAllAvailable is not None:
+            return _ReadAllAvailable()
+        return super().getDefaultReadLimit()
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        return self._latest
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._available()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[QueueRange]:
+        self._last_end = {k: int(v) for k, v in end.items()}
+        queues = self.driver.queues or self.driver.refresh_queues()
+        if any(k not in {str(q.key) for q in queues} for k in end):
+            queues = self.driver.refresh_queues()
+        return _plan(queues, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, QueueRange), partition
+        return _read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        log.debug("rocketmq source: Spark has processed up to %s", end)
+
+    def stop(self) -> None:
+        self.driver.close()
+
+
+class RocketMQBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[QueueRange]:
+        driver = _Driver(self.options)
+        try:
+            queues = driver.refresh_queues()
+            start = driver.run(lambda r: r.resolve(self.options.starting, queues))
+            end = driver.run(lambda r: r.resolve(self.options.ending, queues))
+        finally:
+            driver.close()
+        return _plan(queues, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, QueueRange), partition
+        return _read_range(self.options, partition)
+
+
+class RocketMQDataSource(DataSource):
+    """The ``rocketmq`` format: rows with the Spark sink's columns."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> Any:
+        return spark_schema()
+
+    def _check_schema(self, schema: Any) -> None:
+        expected = spark_schema()
+        if schema is not None and schema != expected:
+            raise ConfigError(
+                "the rocketmq source has a fixed schema; do not pass .schema(...): "
+                f"{expected.simpleString()}"
+            )
+
+    def reader(self, schema: Any) -> RocketMQBatchReader:
+        self._check_schema(schema)
+        return RocketMQBatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: Any) -> RocketMQStreamReader:
+        self._check_schema(schema)
+        return RocketMQStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+
+def register(spark: Any) -> None:
+    """Make ``format("rocketmq")`` available on ``spark`` (once per session is enough)."""
+    spark.dataSource.register(RocketMQDataSource)
