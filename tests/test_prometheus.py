@@ -39,6 +39,15 @@ pytestmark = pytest.mark.timeout(120)
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
+@pytest.fixture(autouse=True)
+def metrics_disabled() -> Iterator[None]:
+    # Enabling is process-wide (any test announcing a config with a [prometheus] table
+    # does it), so every test here starts and ends with metrics off.
+    prometheus.disable()
+    yield
+    prometheus.disable()
+
+
 def parse(text: str) -> Samples:
     out: Samples = {}
     for family in text_string_to_metric_families(text):
