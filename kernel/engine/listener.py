@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import inspect
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -131,19 +132,29 @@ class ListenerInvoker:
         return outcome, hook_ctx
 
     async def invoke_group(
-        self, calls: Sequence[tuple[list[MessageExt], Any]]
+        self, calls: Sequence[tuple[list[MessageExt], Any]], patience_s: float = 0.25
     ) -> list[ListenerOutcome]:
         """Several listener calls in one go, without hooks: one thread hop for a sync listener.
 
-        The caller decides how many calls to group; each call still gets its own
-        batch, context and outcome, as if made separately.
+        Each call still gets its own batch, context and outcome, as if made
+        separately. Returns the outcomes of the calls that ran, in order: when a
+        group is still running after ``patience_s`` (a slow or hung call), the
+        calls not yet started are given up and left to the caller to requeue,
+        so a hung call holds up only its own batch, as in Java's thread pool.
         """
         if self.is_async:
             return [await self._call_async(msgs, ctx) for msgs, ctx in calls]
         assert self._executor is not None
         loop = asyncio.get_running_loop()
         run = contextvars.copy_context().run
-        return await loop.run_in_executor(self._executor, run, self._call_all_sync, calls)
+        state = _GroupState()
+        fut = loop.run_in_executor(self._executor, run, self._call_all_sync, calls, state)
+        if len(calls) > 1:
+            done, _ = await asyncio.wait({fut}, timeout=patience_s)
+            if not done:
+                with state.lock:
+                    state.stop_at = state.started
+        return await fut
 
     async def _call_async(self, msgs: list[MessageExt], context: Any) -> ListenerOutcome:
         start = time.perf_counter()
@@ -158,11 +169,15 @@ class ListenerInvoker:
         return ListenerOutcome(status, None, (time.perf_counter() - start) * 1000)
 
     def _call_all_sync(
-        self, calls: Sequence[tuple[list[MessageExt], Any]]
+        self, calls: Sequence[tuple[list[MessageExt], Any]], state: _GroupState
     ) -> list[ListenerOutcome]:
         listener, wants_context = self.listener, self.wants_context
         out: list[ListenerOutcome] = []
-        for msgs, context in calls:
+        for i, (msgs, context) in enumerate(calls):
+            with state.lock:
+                if state.stop_at is not None and i >= state.stop_at:
+                    break
+                state.started = i + 1
             start = time.perf_counter()
             try:
                 status = listener(msgs, context) if wants_context else listener(msgs)
@@ -179,6 +194,17 @@ class ListenerInvoker:
     def shutdown(self, wait: bool = False) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=wait, cancel_futures=True)
+
+
+class _GroupState:
+    """Which calls of a group have started; the loop may stop the rest (under the lock)."""
+
+    __slots__ = ("lock", "started", "stop_at")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started = 0
+        self.stop_at: int | None = None
 
 
 def _accepts_two_args(fn: Callable[..., Any]) -> bool:

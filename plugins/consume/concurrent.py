@@ -127,8 +127,11 @@ class ConcurrentConsumeService:
         while True:
             first = await queue.get()
             group = [first]
-            # A fair share of the backlog, so that idle workers still get some.
-            extra = min(queue.qsize() // self.worker_count, MAX_GROUP - 1)
+            # A fair share of the backlog, so that idle workers still get some. Only
+            # sync listeners gain from a group (one thread hop); async calls run alone.
+            extra = 0
+            if not self.consumer.invoker.is_async:
+                extra = min(queue.qsize() // self.worker_count, MAX_GROUP - 1)
             for _ in range(extra):
                 group.append(queue.get_nowait())
             self._busy += 1
@@ -160,6 +163,13 @@ class ConcurrentConsumeService:
         outcomes = await consumer.invoker.invoke_group(
             [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)]
         )
+        if len(outcomes) < len(live):
+            # A slow call held the group up: the chunks it did not reach go back
+            # to the queue for other workers, so a hung call stalls only its batch.
+            for r in live[len(outcomes) :]:
+                self._queue.put_nowait(r)
+            live = live[: len(outcomes)]
+            contexts = contexts[: len(outcomes)]
         # Fully successful chunks of one queue are acknowledged together: one
         # remove, one offset update and one stats entry instead of one per chunk.
         acked: dict[int, tuple[_Request, list[MessageExt]]] = {}
