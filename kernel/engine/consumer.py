@@ -97,6 +97,7 @@ class AsyncPushConsumer:
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._pull_from_which_node: dict[MessageQueue, int] = {}
         self._background: set[asyncio.Future[Any]] = set()
+        self._heartbeat_requested_at = 0.0
         self.start_timestamp = 0
 
     # -- configuration ------------------------------------------------------------------
@@ -491,6 +492,20 @@ class AsyncPushConsumer:
         self._pull_tasks[mq] = task
         task.add_done_callback(self._forget_pull_task)
 
+    def _heartbeat_now(self) -> None:
+        """Register with the brokers again now, at most once a second.
+
+        A broker forgets a client when its connection closes or the broker restarts,
+        and then refuses every pull until the client's next heartbeat, up to
+        ``heartbeat_broker_interval`` (30 s) away. Java 4.9.8 waits for it; rmqk
+        sends one at once (docs/reliability.md has the measurements).
+        """
+        now = time.monotonic()
+        if now - self._heartbeat_requested_at < 1.0:
+            return
+        self._heartbeat_requested_at = now
+        self._spawn(self.client.send_heartbeat_to_all_brokers())
+
     def _forget_pull_task(self, task: asyncio.Task[None]) -> None:
         for mq, current in list(self._pull_tasks.items()):
             if current is task:
@@ -612,6 +627,8 @@ class AsyncPushConsumer:
                 log.warning("execute the pull request exception for %s: %s", mq, exc)
             if isinstance(exc, BrokerError) and exc.code == 215:  # FLOW_CONTROL
                 return 20
+            if isinstance(exc, BrokerError) and exc.code == 24:  # SUBSCRIPTION_NOT_EXIST
+                self._heartbeat_now()
             return opts.pull_time_delay_mills_when_exception
         if pq.is_dropped():
             return None

@@ -132,7 +132,10 @@ class ListenerInvoker:
         return outcome, hook_ctx
 
     async def invoke_group(
-        self, calls: Sequence[tuple[list[MessageExt], Any]], patience_s: float = 0.25
+        self,
+        calls: Sequence[tuple[list[MessageExt], Any]],
+        patience_s: float = 0.25,
+        on_give_up: Callable[[int], None] | None = None,
     ) -> list[ListenerOutcome]:
         """Several listener calls in one go, without hooks: one thread hop for a sync listener.
 
@@ -141,6 +144,8 @@ class ListenerInvoker:
         group is still running after ``patience_s`` (a slow or hung call), the
         calls not yet started are given up and left to the caller to requeue,
         so a hung call holds up only its own batch, as in Java's thread pool.
+        ``on_give_up(n)`` is called at that moment, while the slow call still runs,
+        with the number of calls that started: calls ``n`` and later never will.
         """
         if self.is_async:
             return [await self._call_async(msgs, ctx) for msgs, ctx in calls]
@@ -154,6 +159,8 @@ class ListenerInvoker:
             if not done:
                 with state.lock:
                     state.stop_at = state.started
+                if on_give_up is not None and state.stop_at < len(calls):
+                    on_give_up(state.stop_at)
         return await fut
 
     async def _call_async(self, msgs: list[MessageExt], context: Any) -> ListenerOutcome:

@@ -160,14 +160,23 @@ class ConcurrentConsumeService:
                 await self._consume(r)
             return
         contexts = [ConsumeConcurrentlyContext(r.mq) for r in live]
+        requeued = False
+
+        def give_up(started: int) -> None:
+            # A slow call holds the group up: the chunks it has not reached go back to
+            # the queue for other workers now, so a hung call stalls only its batch.
+            nonlocal requeued
+            requeued = True
+            for r in live[started:]:
+                self._queue.put_nowait(r)
+
         outcomes = await consumer.invoker.invoke_group(
-            [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)]
+            [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)], on_give_up=give_up
         )
         if len(outcomes) < len(live):
-            # A slow call held the group up: the chunks it did not reach go back
-            # to the queue for other workers, so a hung call stalls only its batch.
-            for r in live[len(outcomes) :]:
-                self._queue.put_nowait(r)
+            if not requeued:
+                for r in live[len(outcomes) :]:
+                    self._queue.put_nowait(r)
             live = live[: len(outcomes)]
             contexts = contexts[: len(outcomes)]
         # Fully successful chunks of one queue are acknowledged together: one
