@@ -30,11 +30,16 @@ import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmqk.errors import RmqkError
 from rmqk.hookspecs import Register, hookimpl
 from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
+from rmqk.protocol import ResponseCode
+
+if TYPE_CHECKING:
+    from rmqk.plugins.broker.acl import AccessValidator, AclConfig
+    from rmqk.plugins.broker.server import ServerTlsConfig
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
@@ -60,6 +65,11 @@ class EmbeddedBroker:
     for tests: ``lock_expiry`` (queue locks, 60 s), ``channel_expiry`` (clients
     without a heartbeat, 120 s), ``idle_timeout`` (silent connections, 120 s),
     ``hold_check_interval`` (re-check of held pulls, 5 s) and ``delay_levels``.
+
+    ``acl`` (an :class:`~rmqk.plugins.broker.acl.AclConfig` or the path of a
+    ``.toml``/``.json`` file with plain_acl.yml's keys) makes the broker check every
+    request as Apache's plain ACL does (``rmqk.plugins.broker.acl``). ``tls`` (a
+    :class:`~rmqk.plugins.broker.server.ServerTlsConfig`) serves TLS on both ports.
     """
 
     def __init__(
@@ -82,6 +92,8 @@ class EmbeddedBroker:
         max_message_size: int = 4 * 1024 * 1024,
         segment_size: int | None = None,
         notify_consumer_ids_changed: bool = True,
+        acl: AclConfig | str | os.PathLike[str] | None = None,
+        tls: ServerTlsConfig | None = None,
     ) -> None:
         if flush not in ("async", "sync"):
             raise RmqkError(f"flush must be 'async' or 'sync', got {flush!r}")
@@ -102,6 +114,9 @@ class EmbeddedBroker:
         self.max_message_size = max_message_size
         self.segment_size = segment_size
         self.notify_consumer_ids_changed = notify_consumer_ids_changed
+        self.acl = acl
+        self.tls = tls
+        self._access: AccessValidator | None = None
         self.namesrv: Any = None
         self.processors: Any = None
         self.store: Any = None
@@ -138,6 +153,7 @@ class EmbeddedBroker:
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> EmbeddedBroker:
+        from rmqk.plugins.broker.acl import acl_from_option
         from rmqk.plugins.broker.broker import BrokerProcessors, BrokerSettings
         from rmqk.plugins.broker.namesrv import NameServer
         from rmqk.plugins.broker.server import RemotingServer
@@ -145,16 +161,22 @@ class EmbeddedBroker:
 
         if self.running:
             raise RmqkError("the embedded broker is already started")
+        # Bad ACL or TLS settings fail here, before anything listens.
+        self._access = acl_from_option(self.acl)
+        if self.tls is not None:
+            self.tls.ssl_context()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.namesrv = NameServer(idle_timeout=self.idle_timeout)
+            if self.tls is not None:
+                self.namesrv.server.use_tls(self.tls)
             port = await self.namesrv.start(self.host, self._namesrv_port)
             self._namesrv_addr = self._advertise(port)
 
             # The store stamps the broker's address into every record, so the
             # port must be bound before the store opens.
             self._broker_server = RemotingServer(
-                "broker", self._handle, idle_timeout=self.idle_timeout
+                "broker", self._handle, idle_timeout=self.idle_timeout, tls=self.tls
             )
             port = await self._broker_server.start(self.host, self._broker_port)
             self._broker_addr = self._advertise(port)
@@ -252,6 +274,18 @@ class EmbeddedBroker:
         processors = self.processors
         if processors is None:
             return None
+        access = self._access
+        if access is not None:
+            denied = access.check(request, conn.remote_addr)
+            if denied is not None:
+                from rmqk.plugins.broker.server import make_response
+
+                # What Apache answers when its ACL hook throws; the request is not processed.
+                log.warning(
+                    "request code %d from %s refused: %s", request.code, conn.remote_addr,
+                    denied.message,
+                )  # fmt: skip
+                return make_response(request, ResponseCode.SYSTEM_ERROR, denied.remark)
         return await processors.handle(conn, request, serialize_type)
 
     async def _scan_clients(self) -> None:

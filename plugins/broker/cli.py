@@ -105,6 +105,53 @@ def _broker_args(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="refuse sends to unknown topics (autoCreateTopicEnable=false)",
     )
+    parser.add_argument(
+        "--acl",
+        default=None,
+        metavar="FILE",
+        help="check every request against this ACL file (.toml or .json with the keys of "
+        "Apache's plain_acl.yml)",
+    )
+    parser.add_argument(
+        "--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain"
+    )
+    parser.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's key")
+    parser.add_argument(
+        "--tls-ca",
+        default=None,
+        metavar="PEM",
+        help="CA that client certificates must chain to (with --tls-client-auth)",
+    )
+    parser.add_argument(
+        "--tls-mode",
+        choices=["enforcing", "permissive"],
+        default="enforcing",
+        help="enforcing: TLS only; permissive: TLS and plain on one port (default: enforcing)",
+    )
+    parser.add_argument(
+        "--tls-client-auth",
+        choices=["none", "optional", "require"],
+        default="none",
+        help="ask clients for a certificate (default: none)",
+    )
+
+
+def _broker_tls(args: argparse.Namespace) -> Any:
+    from rmqk.plugins.broker.server import ServerTlsConfig
+
+    if args.tls_cert is None and args.tls_key is None:
+        if args.tls_ca is not None or args.tls_client_auth != "none":
+            raise RmqkError("--tls-ca and --tls-client-auth need --tls-cert and --tls-key")
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        raise RmqkError("TLS needs both --tls-cert and --tls-key")
+    return ServerTlsConfig(
+        cert_file=os.path.expanduser(args.tls_cert),
+        key_file=os.path.expanduser(args.tls_key),
+        ca_file=os.path.expanduser(args.tls_ca) if args.tls_ca else None,
+        mode=args.tls_mode,
+        client_auth=args.tls_client_auth,
+    )
 
 
 def _broker_run(args: argparse.Namespace) -> int:
@@ -125,6 +172,8 @@ def _broker_run(args: argparse.Namespace) -> int:
         flush=args.flush,
         delay_levels=args.delay_levels,
         auto_create_topic=args.auto_create_topic,
+        acl=os.path.expanduser(args.acl) if args.acl else None,
+        tls=_broker_tls(args),
     )
 
     async def serve() -> None:
@@ -144,6 +193,10 @@ def _broker_run(args: argparse.Namespace) -> int:
                 f"listening on {broker.broker_addr}",
                 flush=True,
             )
+            if broker.acl is not None:
+                print(f"rmqk broker: ACL from {args.acl}", flush=True)
+            if broker.tls is not None:
+                print(f"rmqk broker: TLS ({broker.tls.mode}) on both ports", flush=True)
             print(f"rmqk broker: data in {broker.data_dir}; stop with Ctrl+C", flush=True)
             await stop.wait()
         finally:
@@ -166,6 +219,7 @@ BROKER_COMMAND = Command(
         "rmqk broker",
         "rmqk broker --port 0 --data /tmp/rmqk",
         'rmqk broker --delay-levels "100ms 200ms 500ms" --no-auto-create-topic',
+        "rmqk broker --acl plain_acl.toml --tls-cert server.crt --tls-key server.key",
     ),
 )
 

@@ -15,11 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from rmqk.errors import FrameError, RemotingConnectError, RemotingTimeoutError
+import attrs
+
+from rmqk.errors import (
+    ConfigError,
+    ConfigProblem,
+    FrameError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+)
 from rmqk.protocol import (
     RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
@@ -36,6 +46,7 @@ __all__ = [
     "Headers",
     "RemotingServer",
     "RequestHandler",
+    "ServerTlsConfig",
     "connect",
     "make_request",
     "make_response",
@@ -410,6 +421,77 @@ async def connect(
     conn.start()
     return conn
 
+TLS_MODES = ("enforcing", "permissive")
+CLIENT_AUTH = ("none", "optional", "require")
+# The first byte of a TLS connection: a handshake record (what Apache's permissive mode sniffs).
+_TLS_HANDSHAKE = 0x16
+
+
+@attrs.frozen(repr=False)
+class ServerTlsConfig:
+    """TLS on a server port (Apache's ``tls.server.*`` settings).
+
+    ``mode`` ``enforcing`` accepts only TLS; ``permissive`` (Apache's default)
+    accepts TLS and plain connections on the same port, telling them apart by
+    their first byte. ``client_auth`` ``require`` (or ``optional``) asks clients
+    for a certificate signed by ``ca_file``
+    (``tls.server.need.client.auth``).
+    """
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    mode: str = "enforcing"
+    client_auth: str = "none"
+
+    def __repr__(self) -> str:
+        # The key file's path is not secret, but its content is: only paths are shown.
+        return (
+            f"ServerTlsConfig(cert_file={self.cert_file!r}, key_file={self.key_file!r}, "
+            f"ca_file={self.ca_file!r}, mode={self.mode!r}, client_auth={self.client_auth!r})"
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The server context; ConfigError names the setting that cannot be used."""
+
+        def fail(key: str, message: str) -> ConfigError:
+            return ConfigError([ConfigProblem("<broker options>", "tls", key, message)])
+
+        if self.mode not in TLS_MODES:
+            raise fail("mode", f"must be one of {', '.join(TLS_MODES)}, got {self.mode!r}")
+        if self.client_auth not in CLIENT_AUTH:
+            raise fail(
+                "client_auth", f"must be one of {', '.join(CLIENT_AUTH)}, got {self.client_auth!r}"
+            )
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise fail(
+                "cert_file",
+                f"{self.cert_file!r} with key_file {self.key_file!r} cannot be loaded: "
+                f"{_reason(exc)}",
+            ) from None
+        if self.client_auth != "none":
+            if not self.ca_file:
+                raise fail("ca_file", f"client_auth={self.client_auth!r} needs a ca_file")
+            try:
+                ctx.load_verify_locations(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                reason = _reason(exc)
+                raise fail("ca_file", f"{self.ca_file!r} cannot be loaded: {reason}") from None
+            ctx.verify_mode = (
+                ssl.CERT_REQUIRED if self.client_auth == "require" else ssl.CERT_OPTIONAL
+            )
+        return ctx
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
 
 class RemotingServer:
     """Accepts connections on one port and dispatches their requests to ``handler``.
@@ -425,12 +507,19 @@ class RemotingServer:
         *,
         idle_timeout: float = 120.0,
         max_frame_size: int | None = None,
+        tls: ServerTlsConfig | None = None,
     ) -> None:
         self.name = name
         self._handler = handler
         self._idle_timeout = idle_timeout
         self._max_frame_size = max_frame_size
+        self._tls: ServerTlsConfig | None = None
+        self._ssl: ssl.SSLContext | None = None
+        if tls is not None:
+            self.use_tls(tls)
         self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: set[asyncio.Task[None]] = set()
         self._idle_task: asyncio.Task[None] | None = None
         self.connections: set[Connection] = set()
         self._close_listeners: list[Callable[[Connection], None]] = []
@@ -440,16 +529,110 @@ class RemotingServer:
     def on_connection_closed(self, listener: Callable[[Connection], None]) -> None:
         self._close_listeners.append(listener)
 
+    def use_tls(self, tls: ServerTlsConfig) -> None:
+        """Serve TLS (before :meth:`start`); raises ConfigError for unusable settings."""
+        self._ssl = tls.ssl_context()
+        self._tls = tls
+
+    @property
+    def tls(self) -> ServerTlsConfig | None:
+        return self._tls
+
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._accept, host, port)
-        sockets = self._server.sockets or ()
+        if self._tls is not None and self._tls.mode == "permissive":
+            self.port = await self._start_sniffing(host, port)
+        else:
+            self._server = await asyncio.start_server(self._accept, host, port, ssl=self._ssl)
+            sockets = self._server.sockets or ()
+            self.port = sockets[0].getsockname()[1] if sockets else port
         self.host = host
-        self.port = sockets[0].getsockname()[1] if sockets else port
         self._idle_task = asyncio.get_running_loop().create_task(
             self._idle_loop(), name=f"rmqk-{self.name}-idle"
         )
         log.info("%s listening on %s:%d", self.name, host, self.port)
         return self.port
+
+    async def _start_sniffing(self, host: str, port: int) -> int:
+        """Listen for permissive TLS: each connection's first byte says TLS or plain."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = sock
+        task = loop.create_task(self._accept_loop(sock), name=f"rmqk-{self.name}-accept")
+        self._accepting.add(task)
+        task.add_done_callback(self._accepting.discard)
+        return int(sock.getsockname()[1])
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, _ = await loop.sock_accept(sock)
+            except OSError as exc:
+                if self._listener is None:
+                    return
+                log.warning("%s: accept failed: %s", self.name, exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._sniff(client))
+            self._accepting.add(task)
+            task.add_done_callback(self._accepting.discard)
+
+    async def _sniff(self, client: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        client.setblocking(False)
+        readable: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        fd = client.fileno()
+        loop.add_reader(fd, ready)
+        try:
+            await asyncio.wait_for(readable, self._idle_timeout)
+        except BaseException as exc:
+            loop.remove_reader(fd)
+            client.close()
+            if isinstance(exc, TimeoutError):
+                return
+            raise
+        loop.remove_reader(fd)
+        try:
+            first = client.recv(1, socket.MSG_PEEK)
+        except OSError:
+            client.close()
+            return
+        if not first:
+            client.close()
+            return
+        tls = first[0] == _TLS_HANDSHAKE
+        reader = asyncio.StreamReader(limit=2**16)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, client, ssl=self._ssl if tls else None
+            )
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            log.info("%s: TLS handshake failed: %s", self.name, exc)
+            client.close()
+            return
+        except BaseException:
+            client.close()
+            raise
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._accept(reader, writer)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(
@@ -489,8 +672,16 @@ class RemotingServer:
             self._idle_task = None
         if self._server is not None:
             self._server.close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        accepting = list(self._accepting)
+        for task in accepting:
+            task.cancel()
         for conn in list(self.connections):
             conn.close()
+        if accepting:
+            await asyncio.gather(*accepting, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
