@@ -179,10 +179,22 @@ class RemotingCommand:
 
     @classmethod
     def request(
-        cls, code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
+        cls,
+        code: int,
+        fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        language: int | str = LanguageCode.PYTHON,
+        version: int = PROTOCOL_VERSION,
     ) -> RemotingCommand:
         """A request whose header fields are stringified as Java's makeCustomHeaderToNet does."""
-        return cls(code, ext_fields=stringify_fields(fields or {}), body=body)
+        return cls(
+            code,
+            ext_fields=stringify_fields(fields or {}),
+            body=body,
+            language=language,
+            version=version,
+        )
 
     @classmethod
     def response_to(
@@ -192,6 +204,9 @@ class RemotingCommand:
         remark: str | None = None,
         fields: Mapping[str, object] | None = None,
         body: bytes = b"",
+        *,
+        language: int | str = LanguageCode.PYTHON,
+        version: int = PROTOCOL_VERSION,
     ) -> RemotingCommand:
         return cls(
             code,
@@ -200,6 +215,8 @@ class RemotingCommand:
             remark=remark,
             opaque=request.opaque,
             flag=RPC_TYPE_RESPONSE,
+            language=language,
+            version=version,
         )
 
     @property

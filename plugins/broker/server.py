@@ -36,7 +36,6 @@ from rmqk.protocol import (
     LanguageCode,
     RemotingCommand,
     ResponseCode,
-    stringify_fields,
 )
 
 __all__ = [
@@ -77,15 +76,8 @@ def make_response(
     body: bytes = b"",
 ) -> RemotingCommand:
     """A response as an Apache server writes it: language JAVA, version 4.9.8."""
-    return RemotingCommand(
-        code,
-        ext_fields=stringify_fields(fields or {}),
-        body=body,
-        remark=remark,
-        opaque=request.opaque,
-        flag=RPC_TYPE_RESPONSE,
-        language=LanguageCode.JAVA,
-        version=APACHE_VERSION,
+    return RemotingCommand.response_to(
+        request, code, remark, fields, body, language=LanguageCode.JAVA, version=APACHE_VERSION
     )
 
 
@@ -93,12 +85,8 @@ def make_request(
     code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
 ) -> RemotingCommand:
     """A request this side sends (broker→client, or admin→server)."""
-    return RemotingCommand(
-        code,
-        ext_fields=stringify_fields(fields or {}),
-        body=body,
-        language=LanguageCode.JAVA,
-        version=APACHE_VERSION,
+    return RemotingCommand.request(
+        code, fields, body, language=LanguageCode.JAVA, version=APACHE_VERSION
     )
 
 
@@ -420,6 +408,7 @@ async def connect(
     conn = Connection(reader, writer, handler=handler, label=label)
     conn.start()
     return conn
+
 
 TLS_MODES = ("enforcing", "permissive")
 CLIENT_AUTH = ("none", "optional", "require")
