@@ -88,6 +88,13 @@ class Sink(Protocol):
     the consumer acknowledges the batch, and offsets move, only after that. A
     sink that groups many batches into one write (group commit) awaits the flush
     that covers the batch before returning.
+
+    Such a sink may also offer ``submit(queue, messages) -> asyncio.Future``,
+    which buffers the batch and returns at once with the future of that flush,
+    and a ``window_rows`` attribute, the messages it wants in flight for its
+    flushes to fill: a composed consumer then acknowledges each batch when its
+    future resolves, without a worker waiting, and widens its flow control to
+    that window (see :func:`rmqk.runtime.widen_for_sink`).
     """
 
     async def start(self) -> None: ...

@@ -9,15 +9,18 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from rmqk.config import Config, ConsumerSpec, announce_config
 from rmqk.contracts import Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import ClientError
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
+from rmqk.options import ConsumerOptions
 from rmqk.pluginmanager import registries
 
-__all__ = ["ComposedConsumer", "install_stop_signals", "run_config"]
+__all__ = ["ComposedConsumer", "install_stop_signals", "run_config", "widen_for_sink"]
 
 log = logging.getLogger("rmqk.runtime")
 
@@ -32,16 +35,30 @@ class ComposedConsumer:
             )
         self.spec = spec
         self.sink: Sink = registries().sinks.create(spec.sink, spec.sink_options)
-        self.consumer = AsyncPushConsumer(spec.group, spec.options)
+        options = spec.options
+        window = getattr(self.sink, "window_rows", None)
+        if isinstance(window, int) and window > 0:
+            options = widen_for_sink(options, window, spec.from_file)
+        self.consumer = AsyncPushConsumer(spec.group, options)
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
         sink = self.sink
+        submit = getattr(sink, "submit", None)
 
-        async def deliver(messages: list[MessageExt], context: Any) -> None:
-            queue = context.queue
-            await sink.write(queue, messages)
+        if callable(submit):
+            # Group-commit sinks: the batch is acknowledged when its flush commits, and
+            # no concurrent consume worker waits for that meanwhile (orderly
+            # consumption awaits the future in place, keeping each queue's order).
+            async def deliver_later(messages: list[MessageExt], context: Any) -> Any:
+                return submit(context.queue, messages)
 
-        self.consumer.register_listener(deliver)
+            self.consumer.register_listener(deliver_later)
+        else:
+
+            async def deliver(messages: list[MessageExt], context: Any) -> None:
+                await sink.write(context.queue, messages)
+
+            self.consumer.register_listener(deliver)
 
     async def start(self) -> None:
         # Tasks the consumer creates while starting (pull loops, consume workers, timers)
@@ -55,6 +72,27 @@ class ComposedConsumer:
             await self.consumer.shutdown()
         finally:
             await self.sink.close()
+
+
+def widen_for_sink(
+    options: ConsumerOptions, window_rows: int, keep: frozenset[str] = frozenset()
+) -> ConsumerOptions:
+    """Let ``window_rows`` messages wait on a group-commit sink at once.
+
+    Java's defaults (1,000 messages per queue, a span of 2,000 offsets) would cap
+    every flush far below a sink's ``flush_rows``, so each one would wait for the
+    sink's timer instead. The topic-wide message limit becomes the window and
+    the span grows to match, except for options named in ``keep`` (those the
+    config file set).
+    """
+    changes: dict[str, int] = {}
+    if "pull_threshold_for_topic" not in keep and options.pull_threshold_for_topic == -1:
+        changes["pull_threshold_for_topic"] = min(window_rows, 6_553_500)
+    if "consume_concurrently_max_span" not in keep:
+        changes["consume_concurrently_max_span"] = min(
+            max(window_rows, options.consume_concurrently_max_span), 65535
+        )
+    return attrs.evolve(options, **changes) if changes else options
 
 
 async def run_config(

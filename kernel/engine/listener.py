@@ -5,7 +5,9 @@ return None or ``CONSUME_SUCCESS`` for success, ``RECONSUME_LATER`` (or raise) t
 retry; orderly listeners return None or ``SUCCESS``, or
 ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or raise) to retry the same batch first.
 Unlike Java, None means success: a Python function that returns nothing has
-handled its batch.
+handled its batch. An async listener may also return an :class:`asyncio.Future`
+whose result is the status (or whose exception is the failure): concurrent
+consumption then acknowledges the batch when it resolves without holding a worker.
 """
 
 from __future__ import annotations
@@ -53,13 +55,24 @@ class ConsumeOrderlyContext:
     suspend_current_queue_time_millis: int = -1
 
 
-@attrs.frozen
 class ListenerOutcome:
-    """What one listener call produced."""
+    """What one listener call produced.
 
-    status: Any  # the listener's return value (None, an enum member or its name)
-    exception: BaseException | None
-    duration_ms: float
+    A plain slotted class, not attrs: one is made per listener call on the hot path.
+    """
+
+    __slots__ = ("duration_ms", "exception", "status")
+
+    def __init__(self, status: Any, exception: BaseException | None, duration_ms: float) -> None:
+        self.status = status  # the listener's return value (None, an enum member or its name)
+        self.exception = exception
+        self.duration_ms = duration_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"ListenerOutcome(status={self.status!r}, exception={self.exception!r}, "
+            f"duration_ms={self.duration_ms:.3f})"
+        )
 
 
 class ListenerInvoker:
@@ -117,6 +130,10 @@ class ListenerInvoker:
             async with self._semaphore:
                 if self.is_async:
                     status = await self.listener(*args)
+                    if isinstance(status, asyncio.Future):
+                        # An acknowledgement promised for later (a sink's group commit):
+                        # hooks and orderly consumption need the final answer.
+                        status = await status
                 else:
                     assert self._executor is not None
                     loop = asyncio.get_running_loop()

@@ -14,8 +14,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.message import MessageExt
@@ -52,11 +50,15 @@ def normalize_status(value: Any) -> ConsumeStatus | None:
     return None
 
 
-@attrs.frozen
 class _Request:
-    msgs: list[MessageExt]
-    pq: ProcessQueue
-    mq: MessageQueue
+    """One chunk of a pulled batch on its way to the listener."""
+
+    __slots__ = ("mq", "msgs", "pq")
+
+    def __init__(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        self.msgs = msgs
+        self.pq = pq
+        self.mq = mq
 
 
 class ConcurrentConsumeService:
@@ -66,6 +68,12 @@ class ConcurrentConsumeService:
     a task, and a worker that finds a backlog takes its fair share of it at once
     (one thread hop for several sync listener calls), while a slow listener's
     chunks still spread across all workers.
+
+    An async listener may return an :class:`asyncio.Future` instead of a status
+    (a sink's group commit, say): the worker moves on at once and the chunk is
+    acknowledged, or retried, when the future resolves. Flow control
+    (``pull_threshold_*``, ``consume_concurrently_max_span``) then bounds what is
+    in flight, not ``consume_thread_max``.
     """
 
     orderly = False
@@ -80,12 +88,14 @@ class ConcurrentConsumeService:
         opts = consumer.options
         self.worker_count = max(opts.consume_thread_min, opts.consume_thread_max)
         self._busy = 0
+        self._deferred = 0  # chunks whose listener returned a future not yet resolved
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._cleaner = loop.create_task(self._clean_expired_loop())
+        worker = self._worker if not self.consumer.invoker.is_async else self._async_worker
         self._workers = [
-            loop.create_task(self._worker(), name=f"ConsumeMessageThread_{i}")
+            loop.create_task(worker(), name=f"ConsumeMessageThread_{i}")
             for i in range(self.worker_count)
         ]
 
@@ -95,7 +105,9 @@ class ConcurrentConsumeService:
             self._cleaner.cancel()
         if await_termination_ms > 0:
             deadline = time.monotonic() + await_termination_ms / 1000
-            while (self._busy or not self._queue.empty()) and time.monotonic() < deadline:
+            while (
+                self._busy or self._deferred or not self._queue.empty()
+            ) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
         for task in [*self._workers, *self._tasks]:
             task.cancel()
@@ -122,16 +134,130 @@ class ConcurrentConsumeService:
         for i in range(0, len(msgs), size):
             put(_Request(msgs[i : i + size], pq, mq))
 
+    def _stamp(self, r: _Request, started: int) -> None:
+        consumer = self.consumer
+        if r.mq.topic == consumer.retry_topic:
+            consumer.reset_retry_topic(r.msgs)
+        # When each message's consume began, for cleanExpiredMsg.
+        r.pq.consume_started.update(dict.fromkeys([m.queue_offset for m in r.msgs], started))
+
+    async def _async_worker(self) -> None:
+        """The worker for an async listener without consume hooks: one chunk, inline."""
+        queue = self._queue
+        consumer = self.consumer
+        invoker = consumer.invoker
+        listener = invoker.listener
+        wants_context = invoker.wants_context
+        perf = time.perf_counter
+        while True:
+            r = await queue.get()
+            if r.pq.dropped:
+                continue
+            if invoker.hooks_enabled():
+                self._busy += 1
+                try:
+                    await self._consume(r)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("consume of %s failed unexpectedly", r.mq)
+                finally:
+                    self._busy -= 1
+                continue
+            self._stamp(r, int(time.time() * 1000))
+            ctx = ConsumeConcurrentlyContext(r.mq) if wants_context else None
+            self._busy += 1
+            start = perf()
+            try:
+                status = await (listener(r.msgs, ctx) if wants_context else listener(r.msgs))
+            except asyncio.CancelledError:
+                self._busy -= 1
+                raise
+            except Exception as exc:
+                self._busy -= 1
+                self._spawn(
+                    self._finish(r, ctx, ListenerOutcome(None, exc, (perf() - start) * 1000))
+                )
+                continue
+            self._busy -= 1
+            if isinstance(status, asyncio.Future):
+                self._defer(r, ctx, status, start)
+                continue
+            if (status is None or status is ConsumeStatus.CONSUME_SUCCESS) and (
+                ctx is None or ctx.ack_index >= len(r.msgs) - 1
+            ):
+                consumer.stats.consume_rt(r.mq.topic, (perf() - start) * 1000)
+                self._ack(r)
+                continue
+            try:
+                await self._finish(r, ctx, ListenerOutcome(status, None, (perf() - start) * 1000))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consume of %s failed unexpectedly", r.mq)
+
+    def _ack(self, r: _Request) -> None:
+        """A chunk consumed whole: count it, drop it from the process queue, move the offset."""
+        pq = r.pq
+        if pq.dropped:
+            return
+        self.consumer.stats.consume_ok(r.mq.topic, len(r.msgs))
+        offset = pq.remove_messages(r.msgs)
+        if offset >= 0 and not pq.dropped:
+            self.consumer.offset_store.update_offset(r.mq, offset, True)
+
+    def _defer(
+        self,
+        r: _Request,
+        ctx: ConsumeConcurrentlyContext | None,
+        future: asyncio.Future[Any],
+        start: float,
+    ) -> None:
+        """Settle a chunk when the future its listener returned resolves."""
+        self._deferred += 1
+
+        def settled(fut: asyncio.Future[Any]) -> None:
+            self._deferred -= 1
+            duration = (time.perf_counter() - start) * 1000
+            if fut.cancelled():
+                outcome = ListenerOutcome(
+                    None, asyncio.CancelledError("the listener's future was cancelled"), duration
+                )
+            else:
+                exc = fut.exception()
+                outcome = ListenerOutcome(fut.result() if exc is None else None, exc, duration)
+            status = self._status(outcome)
+            if status is ConsumeStatus.CONSUME_SUCCESS and (
+                ctx is None or ctx.ack_index >= len(r.msgs) - 1
+            ):
+                self.consumer.stats.consume_rt(r.mq.topic, duration)
+                self._ack(r)
+                return
+            if not self._stopped:
+                self._spawn(self._finish(r, ctx, outcome))
+
+        future.add_done_callback(settled)
+
+    async def _finish(
+        self, r: _Request, ctx: ConsumeConcurrentlyContext | None, outcome: ListenerOutcome
+    ) -> None:
+        """The general path for one chunk's outcome: partial acks and failures."""
+        status = self._status(outcome)
+        self.consumer.stats.consume_rt(r.mq.topic, outcome.duration_ms)
+        if r.pq.dropped:
+            return
+        await self._process_result(
+            status, ctx if ctx is not None else ConsumeConcurrentlyContext(r.mq), r.msgs, r.pq, r.mq
+        )
+
     async def _worker(self) -> None:
         queue = self._queue
         while True:
             first = await queue.get()
             group = [first]
-            # A fair share of the backlog, so that idle workers still get some. Only
-            # sync listeners gain from a group (one thread hop); async calls run alone.
-            extra = 0
-            if not self.consumer.invoker.is_async:
-                extra = min(queue.qsize() // self.worker_count, MAX_GROUP - 1)
+            # A fair share of the backlog, so that idle workers still get some: one
+            # thread hop for the whole group.
+            extra = min(queue.qsize() // self.worker_count, MAX_GROUP - 1)
             for _ in range(extra):
                 group.append(queue.get_nowait())
             self._busy += 1
@@ -146,19 +272,16 @@ class ConcurrentConsumeService:
 
     async def _consume_group(self, group: list[_Request]) -> None:
         consumer = self.consumer
-        live = [r for r in group if not r.pq.is_dropped()]
+        live = [r for r in group if not r.pq.dropped]
         if not live:
             return
-        started = int(time.time() * 1000)
-        for r in live:
-            consumer.reset_retry_topic(r.msgs)
-            stamps = r.pq.consume_started
-            for m in r.msgs:
-                stamps[m.queue_offset] = started
         if consumer.invoker.hooks_enabled():
             for r in live:
                 await self._consume(r)
             return
+        started = int(time.time() * 1000)
+        for r in live:
+            self._stamp(r, started)
         contexts = [ConsumeConcurrentlyContext(r.mq) for r in live]
         requeued = False
 
@@ -185,7 +308,7 @@ class ConcurrentConsumeService:
         for r, ctx, outcome in zip(live, contexts, outcomes, strict=True):
             status = self._status(outcome)
             consumer.stats.consume_rt(r.mq.topic, outcome.duration_ms)
-            if r.pq.is_dropped():
+            if r.pq.dropped:
                 continue
             if status is ConsumeStatus.CONSUME_SUCCESS and ctx.ack_index >= len(r.msgs) - 1:
                 entry = acked.get(id(r.pq))
@@ -196,10 +319,7 @@ class ConcurrentConsumeService:
             else:
                 await self._process_result(status, ctx, r.msgs, r.pq, r.mq)
         for r, msgs in acked.values():
-            consumer.stats.consume_ok(r.mq.topic, len(msgs))
-            offset = r.pq.remove_messages(msgs)
-            if offset >= 0 and not r.pq.is_dropped():
-                consumer.offset_store.update_offset(r.mq, offset, True)
+            self._ack(_Request(msgs, r.pq, r.mq))
 
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         if outcome.exception is not None:
@@ -220,6 +340,7 @@ class ConcurrentConsumeService:
     async def _consume(self, r: _Request) -> None:
         """One chunk with the consume hooks around it."""
         consumer = self.consumer
+        self._stamp(r, int(time.time() * 1000))
         msgs, pq, mq = r.msgs, r.pq, r.mq
         ctx = ConsumeConcurrentlyContext(mq)
         outcome, hook_ctx = await consumer.invoker.invoke(mq, msgs, ctx)

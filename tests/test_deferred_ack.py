@@ -1,0 +1,216 @@
+"""Async listeners that return a future: the batch is acknowledged when it resolves.
+
+This is how a group-commit sink keeps many batches in flight without holding a
+consume worker per batch. Over real TCP against the embedded broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_support import FAST_DELAY_LEVELS, committed_offsets, create_topic, produce, wait_for
+
+from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.message import MessageExt
+from rmqk.plugins.broker import EmbeddedBroker
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> Any:
+    async with EmbeddedBroker(
+        tmp_path / "broker", namesrv_port=0, broker_port=0, delay_levels=FAST_DELAY_LEVELS
+    ) as b:
+        yield b
+
+
+def consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:
+    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    return AsyncPushConsumer(group, namesrv_addr=broker.namesrv_addr, **options)
+
+
+async def test_pending_futures_do_not_hold_workers_and_ack_on_resolution(broker: Any) -> None:
+    await create_topic(broker, "Deferred", 2)
+    total = 2_000
+    await produce(broker.namesrv_addr, "Deferred", (f"m{i}".encode() for i in range(total)))
+    loop = asyncio.get_running_loop()
+    pending: list[tuple[asyncio.Future[None], list[MessageExt]]] = []
+
+    # One worker: if a pending future held it, no second batch would ever arrive.
+    c = consumer(broker, "g-deferred", consume_thread_min=1, consume_thread_max=1)
+    c.subscribe("Deferred", "*")
+
+    @c.register_listener
+    async def listener(msgs: list[MessageExt]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = loop.create_future()
+        pending.append((fut, list(msgs)))
+        return fut
+
+    await c.start()
+    try:
+        # Everything the flow control lets in arrives while nothing is resolved.
+        await wait_for(lambda: sum(len(m) for _, m in pending) >= total, 30, "all batches")
+        assert len(pending) >= total // 32
+        # Nothing is acknowledged yet: the offsets stay where consumption began.
+        assert all(v == 0 for v in c.offset_store.clone_offset_table("Deferred").values())
+        assert all(
+            pq.msg_count > 0
+            for mq, pq in c.rebalance.process_queue_table.items()
+            if mq.topic == "Deferred"
+        )
+        seen = Counter(m.body for _, msgs in pending for m in msgs)
+        assert len(seen) == total and max(seen.values()) == 1
+        for fut, _ in pending:
+            fut.set_result(None)
+        await wait_for(
+            lambda: all(
+                pq.msg_count == 0
+                for mq, pq in c.rebalance.process_queue_table.items()
+                if mq.topic == "Deferred"
+            ),
+            30,
+            "process queues drained",
+        )
+        await c.persist_consumer_offset()
+        offsets = await committed_offsets(
+            broker.namesrv_addr, broker.broker_addr, "g-deferred", "Deferred", 2
+        )
+        assert sum(v or 0 for v in offsets.values()) == total
+    finally:
+        await c.shutdown()
+
+
+async def test_a_failed_future_sends_the_batch_back_for_retry(broker: Any) -> None:
+    await create_topic(broker, "DeferredFail", 1)
+    await produce(broker.namesrv_addr, "DeferredFail", (f"f{i}".encode() for i in range(10)))
+    loop = asyncio.get_running_loop()
+    deliveries: Counter[tuple[bytes, int]] = Counter()
+
+    c = consumer(broker, "g-deferred-fail", max_reconsume_times=3)
+    c.subscribe("DeferredFail", "*")
+
+    @c.register_listener
+    async def listener(msgs: list[MessageExt]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = loop.create_future()
+        for m in msgs:
+            deliveries[(m.body, m.reconsume_times)] += 1
+        first_time = all(m.reconsume_times == 0 for m in msgs)
+        # Resolve later, from another callback, as a sink's flush would.
+        if first_time:
+            loop.call_later(0.05, fut.set_exception, OSError("flush failed"))
+        else:
+            loop.call_later(0.05, fut.set_result, None)
+        return fut
+
+    await c.start()
+    try:
+        await wait_for(
+            lambda: sum(n for (_, times), n in deliveries.items() if times == 1) >= 10,
+            60,
+            "every message retried once",
+        )
+        await asyncio.sleep(1.0)  # a retry that succeeded is not delivered again
+        first = {body for (body, times) in deliveries if times == 0}
+        again = {body for (body, times) in deliveries if times == 1}
+        assert first == again == {f"f{i}".encode() for i in range(10)}
+        assert not any(times > 1 for (_, times) in deliveries)
+    finally:
+        await c.shutdown()
+
+
+class WindowSink:
+    """A group-commit sink in miniature: submit() returns the future of the next flush."""
+
+    window_rows = 3_000
+
+    def __init__(self, options: Any = None) -> None:
+        self.buffer: list[tuple[asyncio.Future[None], list[MessageExt]]] = []
+        self.flushed_rows: list[int] = []
+        self.bodies: Counter[bytes] = Counter()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    def submit(self, queue: Any, messages: Any) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.buffer.append((fut, list(messages)))
+        return fut
+
+    async def write(self, queue: Any, messages: Any) -> None:
+        await self.submit(queue, messages)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.3)
+            batch, self.buffer = self.buffer, []
+            if batch:
+                self.flushed_rows.append(sum(len(m) for _, m in batch))
+            for fut, msgs in batch:
+                self.bodies.update(m.body for m in msgs)
+                fut.set_result(None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+def test_widen_for_sink_moves_only_the_limits_the_file_left_alone() -> None:
+    from rmqk.options import ConsumerOptions
+    from rmqk.runtime import widen_for_sink
+
+    base = ConsumerOptions()
+    wide = widen_for_sink(base, 200_000)
+    assert wide.pull_threshold_for_topic == 200_000
+    assert wide.consume_concurrently_max_span == 65_535  # the option's maximum
+    assert wide.pull_threshold_for_queue == base.pull_threshold_for_queue
+    kept = widen_for_sink(base, 5_000, frozenset({"pull_threshold_for_topic"}))
+    assert kept.pull_threshold_for_topic == -1
+    assert kept.consume_concurrently_max_span == 5_000
+    assert widen_for_sink(base, 10, frozenset()).consume_concurrently_max_span == 2_000
+
+
+async def test_composed_consumer_fills_the_sink_window(broker: Any, tmp_path: Path) -> None:
+    from rmqk.config import load_config
+    from rmqk.hookspecs import hookimpl
+    from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
+    from rmqk.runtime import ComposedConsumer
+
+    class Plugin:
+        @hookimpl
+        def rmqk_register_sinks(self, register: Any) -> None:
+            register("window-test", WindowSink)
+
+    await create_topic(broker, "Window", 1)
+    total = 6_000
+    await produce(broker.namesrv_addr, "Window", (f"w{i}".encode() for i in range(total)))
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[consumers.w]\n"
+        'group = "g-window"\n'
+        f'namesrv_addr = "{broker.namesrv_addr}"\n'
+        'subscription = { Window = "*" }\n'
+        'consume_from_where = "CONSUME_FROM_FIRST_OFFSET"\n'
+        'sink = "window-test"\n'
+    )
+    reset_plugin_manager()
+    get_plugin_manager().register(Plugin(), name="window-test")
+    try:
+        composed = ComposedConsumer(load_config(config).consumers[0])
+        sink: Any = composed.sink
+        assert composed.consumer.options.pull_threshold_for_topic == WindowSink.window_rows
+        await composed.start()
+        try:
+            await wait_for(lambda: sum(sink.bodies.values()) >= total, 60, "every message")
+        finally:
+            await composed.stop()
+    finally:
+        reset_plugin_manager()
+    assert len(sink.bodies) == total and max(sink.bodies.values()) == 1
+    # Java's default of 1,000 per queue would cap every flush near 1,000 rows.
+    assert max(sink.flushed_rows) > 2_000
