@@ -346,26 +346,31 @@ class TcpTransport:
     async def pull_message(
         self, addr: str, request: PullMessageRequest, timeout_ms: int
     ) -> PullResult:
-        cmd = RemotingCommand.request(
-            RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": request.consumer_group,
-                "topic": request.topic,
-                "queueId": request.queue_id,
-                "queueOffset": request.queue_offset,
-                "maxMsgNums": request.max_msg_nums,
-                "sysFlag": request.sys_flag,
-                "commitOffset": request.commit_offset,
-                "suspendTimeoutMillis": request.suspend_timeout_millis,
-                "subscription": request.subscription,
-                "subVersion": request.sub_version,
-                "expressionType": request.expression_type,
-                "bname": request.broker_name or None,
-            },
-        )
-        # Java pulls with invokeAsync, whose timeouts leave the connection open for
-        # the other queues' long polls on it.
-        response = await self._invoke(addr, cmd, timeout_ms, close_on_timeout=False)
+        # The fields typed out rather than through stringify_fields: this runs for
+        # every pull. Field order matches the other requests (Java's header class).
+        fields = {
+            "consumerGroup": request.consumer_group,
+            "topic": request.topic,
+            "queueId": str(request.queue_id),
+            "queueOffset": str(request.queue_offset),
+            "maxMsgNums": str(request.max_msg_nums),
+            "sysFlag": str(request.sys_flag),
+            "commitOffset": str(request.commit_offset),
+            "suspendTimeoutMillis": str(request.suspend_timeout_millis),
+        }
+        if request.subscription is not None:
+            fields["subscription"] = request.subscription
+        fields["subVersion"] = str(request.sub_version)
+        fields["expressionType"] = request.expression_type
+        if request.broker_name:
+            fields["bname"] = request.broker_name
+        cmd = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields)
+        pool = self._ensure_pool()
+        self._before(addr, cmd)
+        # Java pulls with invokeAsync: no timer per long poll (the sweep enforces the
+        # timeout), and a timeout leaves the connection open for the other queues.
+        response = await pool.request_swept(addr, cmd, self._timeout(timeout_ms))
+        self._after(addr, cmd, response)
         status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise BrokerError(response.code, response.remark, addr)

@@ -81,6 +81,7 @@ class Connection(asyncio.Protocol):
         self._close_reason = "not connected"
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
+        self._out: list[bytes] | None = None
         self.last_activity = self._loop.time()
 
     # -- state
@@ -152,8 +153,10 @@ class Connection(asyncio.Protocol):
         self._pool.forget(self)
         if self._transport is not None:
             if abort:
+                self._out = None
                 self._transport.abort()
             else:
+                self._flush_out()  # a response written just before closing still goes
                 self._transport.close()
         pending, self.pending = self.pending, {}
         for opaque, entry in pending.items():
@@ -186,7 +189,20 @@ class Connection(asyncio.Protocol):
             raise RemotingSendError(
                 f"cannot encode command code {cmd.code} for {self.addr}: {exc}"
             ) from exc
-        self._transport.write(frame)
+        # Frames written in one turn of the event loop (the next pulls of several
+        # queues whose responses arrived together) leave in one send call.
+        pending = self._out
+        if pending is None:
+            self._out = [frame]
+            self._loop.call_soon(self._flush_out)
+        else:
+            pending.append(frame)
+
+    def _flush_out(self) -> None:
+        frames, self._out = self._out, None
+        if not frames or self._transport is None or self._transport.is_closing():
+            return
+        self._transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self.last_activity = self._loop.time()
 
     async def _drain(self, code: int) -> None:
@@ -449,6 +465,28 @@ class ConnectionPool:
                 # socket that TCP has not noticed (no keepalive), so start afresh.
                 conn.close(f"request code {cmd.code} timed out after {timeout_ms} ms")
             raise
+
+    async def request_swept(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: int
+    ) -> RemotingCommand:
+        """Send and wait, leaving the deadline to the once-a-second sweep.
+
+        For long polls: no timer per request, and a timeout (reported within a
+        second of ``timeout_ms``) leaves the connection open for the other
+        queues' polls on it, as Java's invokeAsync does.
+        """
+        conn = self._conns.get(addr)
+        if conn is None or not conn.is_open:
+            conn = await self.get(addr, timeout_ms)
+        future = conn.request_async(cmd, timeout_ms, self.serialize_type)
+        try:
+            return await future
+        finally:
+            if not future.done():
+                future.cancel()
+                entry = conn.pending.get(cmd.opaque)
+                if entry is not None and entry.future is future:
+                    del conn.pending[cmd.opaque]
 
     async def request_async(
         self, addr: str, cmd: RemotingCommand, timeout_ms: int
