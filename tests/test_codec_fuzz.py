@@ -173,3 +173,46 @@ def test_decode_batch_garbage(data: bytes) -> None:
         assert str(exc).startswith("malformed batch message #")
     else:
         assert all(isinstance(e.body, bytes) for e in entries)
+
+
+def _reference_json_header(cmd: RemotingCommand) -> bytes:
+    """What json.dumps makes of the header, field for field as fastjson orders it."""
+    import json
+
+    from rmqk.plugins.remoting.frame import _language_name
+
+    header: dict[str, object] = {
+        "code": cmd.code,
+        "extFields": dict(cmd.ext_fields),
+        "flag": cmd.flag,
+        "language": _language_name(cmd.language),
+        "opaque": cmd.opaque,
+    }
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = cmd.version
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    code=st.integers(-(2**31), 2**31 - 1),
+    fields=st.dictionaries(st.text(max_size=12), st.text(max_size=30), max_size=8),
+    remark=st.none() | st.text(max_size=30),
+    flag=st.integers(0, 3),
+    language=st.sampled_from([0, 7, 12, 99, "RUST", "JAVA"]),
+)
+def test_hand_written_json_header_is_what_json_dumps_gives(
+    code: int, fields: dict[str, str], remark: str | None, flag: int, language: int | str
+) -> None:
+    from rmqk.plugins.remoting.frame import encode_header
+
+    cmd = RemotingCommand(code, ext_fields=fields, remark=remark, flag=flag, language=language)
+    try:
+        expected = _reference_json_header(cmd)
+    except UnicodeEncodeError:  # lone surrogates: both refuse them
+        with pytest.raises(ValueError, match="UTF-8"):
+            encode_header(cmd)
+        return
+    assert encode_header(cmd) == expected
