@@ -122,6 +122,11 @@ def rmqk_filter_message(context: FilterMessageContext) -> None:
     order (the last registered first; ``tryfirst``/``trylast`` honoured).
     The return value is ignored. May be ``async def``. Exceptions are
     logged and swallowed.
+
+    An implementation that only narrows TAG subscriptions naming tags may set
+    the attribute named by ``rmqk.engine.consumer.TAGS_ONLY_FILTER`` to True on
+    its function: when every implementation does, pulls of ``*`` subscriptions
+    skip the hook call (the default exact-tag re-filter does this).
     """
 
 

@@ -211,6 +211,34 @@ async def test_hook_rmqk_filter_message(pm: Any) -> None:
     assert [m.queue_offset for m in ctx.messages] == [2, 0]
 
 
+async def test_filter_hook_is_skipped_for_star_only_when_every_filter_is_tags_only(
+    pm: Any,
+) -> None:
+    from rmqk.engine.consumer import filter_pulled
+    from rmqk.model import build_subscription
+
+    star = build_subscription("T", "*")
+    named = build_subscription("T", "a || b")
+    msgs = [_msg(0), _msg(1)]
+    msgs[0]._props = {"TAGS": "a"}
+    msgs[1]._props = {"TAGS": "c"}
+    # Only the default exact-tag filter (loaded from its entry point) is registered.
+    narrowed = await filter_pulled("g", MQ, named, list(msgs), False)
+    assert [m.queue_offset for m in narrowed] == [0]
+    assert await filter_pulled("g", MQ, star, msgs, False) is msgs  # not even called
+
+    seen: list[int] = []
+
+    class Counting:
+        @hookimpl
+        def rmqk_filter_message(self, context: FilterMessageContext) -> None:
+            seen.append(len(context.messages))
+
+    pm.register(Counting(), name="counting")
+    assert len(await filter_pulled("g", MQ, star, msgs, False)) == 2
+    assert seen == [2]  # a filter without the attribute runs for '*' too
+
+
 async def test_hook_rmqk_consume_message_before(pm: Any) -> None:
     seen: list[int] = []
 

@@ -34,7 +34,7 @@ from rmqk.model import (
     build_subscription,
 )
 from rmqk.options import ConsumerOptions, Where, check_group, validate_options
-from rmqk.pluginmanager import call_event_hook, hook_has_impls, registries
+from rmqk.pluginmanager import call_event_hook, get_plugin_manager, registries
 from rmqk.protocol import PullSysFlag
 from rmqk.transport import (
     ConsumeMessageDirectlyResult,
@@ -42,7 +42,7 @@ from rmqk.transport import (
     PullMessageRequest,
 )
 
-__all__ = ["AsyncPushConsumer", "filter_pulled", "stamp_queue_offsets"]
+__all__ = ["TAGS_ONLY_FILTER", "AsyncPushConsumer", "filter_pulled", "stamp_queue_offsets"]
 
 log = logging.getLogger("rmqk.engine.consumer")
 
@@ -692,11 +692,26 @@ class AsyncPushConsumer:
         return await filter_pulled(self.group, mq, sub, msgs, self.options.unit_mode)
 
 
+# A filter implementation with this attribute set to True only ever narrows TAG
+# subscriptions that name tags; for ``*`` it would do nothing, so it is not called.
+TAGS_ONLY_FILTER = "rmqk_filters_named_tags_only"
+
+
+def _filters_needed(sub: SubscriptionData) -> bool:
+    """False when no filter hook would act on this subscription."""
+    impls = get_plugin_manager().hook.rmqk_filter_message.get_hookimpls()
+    if not impls:
+        return False
+    if sub.expression_type is not ExpressionType.TAG or sub.tags_set or sub.class_filter_mode:
+        return True
+    return any(not getattr(impl.function, TAGS_ONLY_FILTER, False) for impl in impls)
+
+
 async def filter_pulled(
     group: str, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt], unit_mode: bool
 ) -> list[MessageExt]:
     """Run the ``rmqk_filter_message`` hooks over one FOUND pull response."""
-    if not hook_has_impls("rmqk_filter_message"):
+    if not _filters_needed(sub):
         return msgs
     ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
     await call_event_hook("rmqk_filter_message", context=ctx)

@@ -8,6 +8,7 @@ the subscription's, as Java's PullAPIWrapper.processPullResult does.
 from __future__ import annotations
 
 from rmqk.contexts import FilterMessageContext
+from rmqk.engine.consumer import TAGS_ONLY_FILTER
 from rmqk.hookspecs import hookimpl
 from rmqk.model import ExpressionType
 
@@ -21,3 +22,7 @@ def rmqk_filter_message(context: FilterMessageContext) -> None:
         return
     tags = sub.tags_set
     context.messages[:] = [m for m in context.messages if m.tags in tags]
+
+
+# Nothing to narrow for a subscription to every tag: the consumer skips the hook call.
+setattr(rmqk_filter_message, TAGS_ONLY_FILTER, True)
