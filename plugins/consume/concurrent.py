@@ -30,6 +30,8 @@ log = logging.getLogger("rmqk.plugins.consume.concurrent")
 LOCAL_RETRY_DELAY_S = 5.0
 # The most chunks one worker takes from the backlog at once.
 MAX_GROUP = 64
+# The listener time one worker may take in one thread hop when calls are quick.
+GROUP_BUDGET_MS = 5.0
 # cleanExpiredMsg looks at no more than this many messages at a queue's head.
 EXPIRED_SCAN_LIMIT = 16
 
@@ -89,6 +91,11 @@ class ConcurrentConsumeService:
         self.worker_count = max(opts.consume_thread_min, opts.consume_thread_max)
         self._busy = 0
         self._deferred = 0  # chunks whose listener returned a future not yet resolved
+        self._acks: dict[ProcessQueue, tuple[MessageQueue, list[MessageExt]]] = {}
+        self._retry_topic = consumer.retry_topic
+        # Moving average of a sync listener call; starts high so that the first
+        # groups are fair shares until calls are seen to be quick.
+        self._call_ms = GROUP_BUDGET_MS
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -135,11 +142,12 @@ class ConcurrentConsumeService:
             put(_Request(msgs[i : i + size], pq, mq))
 
     def _stamp(self, r: _Request, started: int) -> None:
-        consumer = self.consumer
-        if r.mq.topic == consumer.retry_topic:
-            consumer.reset_retry_topic(r.msgs)
+        if r.mq.topic == self._retry_topic:
+            self.consumer.reset_retry_topic(r.msgs)
         # When each message's consume began, for cleanExpiredMsg.
-        r.pq.consume_started.update(dict.fromkeys([m.queue_offset for m in r.msgs], started))
+        stamps = r.pq.consume_started
+        for m in r.msgs:
+            stamps[m.queue_offset] = started
 
     async def _async_worker(self) -> None:
         """The worker for an async listener without consume hooks: one chunk, inline."""
@@ -197,14 +205,33 @@ class ConcurrentConsumeService:
                 log.exception("consume of %s failed unexpectedly", r.mq)
 
     def _ack(self, r: _Request) -> None:
-        """A chunk consumed whole: count it, drop it from the process queue, move the offset."""
-        pq = r.pq
-        if pq.dropped:
+        """A chunk consumed whole: acknowledged with the others of this loop turn.
+
+        One removal from the process queue, one offset update and one stats entry
+        per queue and turn instead of per chunk (a pull of 32 is 32 chunks at
+        batch size 1).
+        """
+        if r.pq.dropped:
             return
-        self.consumer.stats.consume_ok(r.mq.topic, len(r.msgs))
-        offset = pq.remove_messages(r.msgs)
-        if offset >= 0 and not pq.dropped:
-            self.consumer.offset_store.update_offset(r.mq, offset, True)
+        acks = self._acks
+        if not acks:
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+        entry = acks.get(r.pq)
+        if entry is None:
+            acks[r.pq] = (r.mq, list(r.msgs))
+        else:
+            entry[1].extend(r.msgs)
+
+    def _flush_acks(self) -> None:
+        acks, self._acks = self._acks, {}
+        consumer = self.consumer
+        for pq, (mq, msgs) in acks.items():
+            if pq.dropped:
+                continue
+            consumer.stats.consume_ok(mq.topic, len(msgs))
+            offset = pq.remove_messages(msgs)
+            if offset >= 0 and not pq.dropped:
+                consumer.offset_store.update_offset(mq, offset, True)
 
     def _defer(
         self,
@@ -255,9 +282,15 @@ class ConcurrentConsumeService:
         while True:
             first = await queue.get()
             group = [first]
-            # A fair share of the backlog, so that idle workers still get some: one
-            # thread hop for the whole group.
-            extra = min(queue.qsize() // self.worker_count, MAX_GROUP - 1)
+            # One thread hop for the whole group. A fair share of the backlog keeps
+            # slow listener calls spread over the threads; calls known to be quick
+            # are taken in bulk, up to GROUP_BUDGET_MS of listener time per hop,
+            # since a hop (a thread wake-up and a loop wake-up) costs more than them.
+            backlog = queue.qsize()
+            extra = backlog // self.worker_count
+            if backlog > extra and self._call_ms < GROUP_BUDGET_MS:
+                extra = max(extra, min(backlog, int(GROUP_BUDGET_MS / max(self._call_ms, 0.001))))
+            extra = min(extra, MAX_GROUP - 1)
             for _ in range(extra):
                 group.append(queue.get_nowait())
             self._busy += 1
@@ -302,24 +335,16 @@ class ConcurrentConsumeService:
                     self._queue.put_nowait(r)
             live = live[: len(outcomes)]
             contexts = contexts[: len(outcomes)]
-        # Fully successful chunks of one queue are acknowledged together: one
-        # remove, one offset update and one stats entry instead of one per chunk.
-        acked: dict[int, tuple[_Request, list[MessageExt]]] = {}
         for r, ctx, outcome in zip(live, contexts, outcomes, strict=True):
             status = self._status(outcome)
+            self._call_ms += (outcome.duration_ms - self._call_ms) * 0.1
             consumer.stats.consume_rt(r.mq.topic, outcome.duration_ms)
             if r.pq.dropped:
                 continue
             if status is ConsumeStatus.CONSUME_SUCCESS and ctx.ack_index >= len(r.msgs) - 1:
-                entry = acked.get(id(r.pq))
-                if entry is None:
-                    acked[id(r.pq)] = (r, list(r.msgs))
-                else:
-                    entry[1].extend(r.msgs)
+                self._ack(r)
             else:
                 await self._process_result(status, ctx, r.msgs, r.pq, r.mq)
-        for r, msgs in acked.values():
-            self._ack(_Request(msgs, r.pq, r.mq))
 
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         if outcome.exception is not None:
