@@ -1,6 +1,7 @@
 """The ``rmqk`` command line.
 
-The kernel owns ``plugins``, ``check``, ``run`` and ``produce``; every other
+The kernel owns ``plugins``, ``check``, ``run``, ``produce`` and ``bench`` (which
+runs the benchmarks of a source checkout); every other
 sub-command (``broker``, ``admin``, ``status``, ``demo``, ...) is registered by a
 plugin through ``rmqk_register_commands``, so the kernel imports nothing from
 plugins.
@@ -342,7 +343,52 @@ BUILTIN_COMMANDS: dict[str, Command] = {
             "cat events.jsonl | rmqk produce --namesrv 127.0.0.1:9876 --topic Orders --stdin",
         ),
     ),
+    "bench": Command(
+        help="run a benchmark scenario of a source checkout (same as python -m bench)",
+        description=(
+            "Runs the scenarios in bench/ of an rmqk source checkout: ceiling, consume, "
+            "latency, memory, rebalance, broker, spark-sink, spark-source. Run it from the "
+            "repository root (or below it); 'rmqk bench SCENARIO --help' lists a scenario's "
+            "options. Results are printed and appended to bench/results/results.jsonl."
+        ),
+        run=lambda args: _run_bench(args.bench_args),
+        add_arguments=lambda parser: parser.add_argument(
+            "bench_args", nargs=argparse.REMAINDER, help="SCENARIO [options]"
+        ),
+        examples=(
+            "rmqk bench consume -n 200000 --size 100 -q 4",
+            "rmqk bench latency --rate 1000 --duration 30 --listener async",
+            "rmqk bench ceiling --namesrv 10.0.0.5:9876",
+        ),
+    ),
 }
+
+
+def find_bench_dir(start: str | os.PathLike[str] | None = None) -> str | None:
+    """The source checkout holding bench/cli.py: ``start`` (default: cwd) or a parent."""
+    from pathlib import Path
+
+    here = Path(start if start is not None else os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "bench" / "cli.py").is_file() and (folder / "pyproject.toml").is_file():
+            return str(folder)
+    return None
+
+
+def _run_bench(argv: Sequence[str]) -> int:
+    root = find_bench_dir()
+    if root is None:
+        raise RmqkError(
+            f"rmqk bench runs the benchmarks in bench/ of an rmqk source checkout, and "
+            f"{os.getcwd()} is not inside one: run it from the repository's directory"
+        )
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from importlib import import_module
+
+    bench_cli = import_module("bench.cli")
+    status: int = bench_cli.main(list(argv))
+    return status
 
 
 def _all_commands() -> dict[str, Command]:
@@ -440,6 +486,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     global _log_handler
     args_list = list(argv) if argv is not None else sys.argv[1:]
     debug = "--debug" in args_list
+    if args_list[:1] == ["bench"]:
+        # The scenarios own their options (and their --help): hand them everything.
+        try:
+            return _run_bench(args_list[1:])
+        except RmqkError as exc:
+            print(_error_line(exc), file=sys.stderr)
+            return 1
     try:
         parser = build_parser()
         args = parser.parse_args(args_list)

@@ -173,3 +173,42 @@ def test_emit_prints_one_line_and_appends_a_record(
     assert records[0]["parameters"] == {"broker": "process", "n": 1}
     assert records[0]["targets"][0]["ratio_to_target"] == pytest.approx(0.5 / 0.7, rel=1e-3)
     assert set(records[0]["commit"]) == {"sha", "dirty"}
+
+
+@pytest.mark.timeout(120)
+def test_rmqk_bench_finds_the_checkout_from_below_its_root(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqk.cli",
+            "bench",
+            "rebalance",
+            *("--rounds", "1"),
+            *("--queues", "4", "--results", str(results)),
+        ],
+        cwd=ROOT / "docs",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_record("rebalance", proc.stdout, results)
+
+
+def test_rmqk_bench_outside_a_checkout_says_where_to_run_it(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", "bench", "consume"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "source checkout" in proc.stderr and str(tmp_path) in proc.stderr
+    assert proc.stderr.count("\n") == 1  # one line, no traceback
