@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from rmqk.contexts import FilterMessageContext
-from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, ReadOffsetType
-from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
+from rmqk.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
+from rmqk.engine.client import ClientInstance
 from rmqk.engine.consume import ConsumeService
 from rmqk.engine.listener import ListenerInvoker
 from rmqk.engine.process_queue import ProcessQueue
-from rmqk.engine.rebalance import Rebalance, rebalance_wait_interval_ms
+from rmqk.engine.rebalance import Rebalance
+from rmqk.engine.startup import client_for, load_offset_store, resolve_namesrv
 from rmqk.engine.stats import ConsumerStats
 from rmqk.errors import BrokerError, ClientError, ConfigError, RmqkError
 from rmqk.message import Message, MessageExt, MessageProperty
@@ -152,15 +152,7 @@ class AsyncPushConsumer:
         opts = self.options
         if self.listener is None:
             raise ClientError("messageListener is null")
-        if not opts.namesrv_addr:
-            addr = os.environ.get("NAMESRV_ADDR")
-            if not addr:
-                raise ClientError(
-                    "namesrv_addr is not set (option namesrv_addr or env NAMESRV_ADDR)"
-                )
-            self._namesrv = tuple(a for a in addr.split(";") if a)
-        else:
-            self._namesrv = opts.namesrv_addr
+        self._namesrv = resolve_namesrv(opts)
         regs = registries()
         self.allocation_strategy = regs.allocation_strategies.create(
             opts.allocate_message_queue_strategy, **dict(opts.allocate_options)
@@ -174,35 +166,11 @@ class AsyncPushConsumer:
             self.rebalance.subscription_inner[self.retry_topic] = build_subscription(
                 self.retry_topic, "*", ExpressionType.TAG, int(time.time() * 1000)
             )
-        instance_name = opts.instance_name
-        if self.message_model is MessageModel.CLUSTERING and instance_name == "DEFAULT":
-            instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
-        self.client_id = build_client_id(instance_name, opts.unit_name, opts.client_ip)
-        self.client = ClientInstance.get_or_create(
-            self.client_id,
-            ClientConfig(
-                namesrv_addrs=self._namesrv,
-                transport=opts.transport,
-                transport_options=dict(opts.transport_options),
-                poll_name_server_interval_ms=opts.poll_name_server_interval,
-                heartbeat_broker_interval_ms=opts.heartbeat_broker_interval,
-                persist_consumer_offset_interval_ms=opts.persist_consumer_offset_interval,
-                request_timeout_ms=opts.mq_client_api_timeout,
-                use_tls=opts.use_tls,
-                rebalance_interval_ms=rebalance_wait_interval_ms(),
-            ),
+        self.client = client_for(opts, self.message_model, self._namesrv)
+        self.client_id = self.client.client_id
+        self.offset_store = await load_offset_store(
+            opts, self.group, self.message_model, self.client
         )
-        self.offset_store = regs.offset_stores.create(
-            opts.effective_offset_store,
-            OffsetStoreContext(
-                group=self.group,
-                client_id=self.client_id,
-                message_model=self.message_model,
-                options=opts.offset_store_options,
-                client=self.client,
-            ),
-        )
-        await self.offset_store.load()
         threads = max(opts.consume_thread_min, opts.consume_thread_max)
         self.invoker = ListenerInvoker(self.listener, self.group, threads)
         service_name = opts.consume_service or "concurrent"

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -38,11 +37,12 @@ from typing import Any
 import attrs
 
 from rmqk.aioutil import wait_event
-from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, ReadOffsetType
-from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
+from rmqk.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
+from rmqk.engine.client import ClientInstance
 from rmqk.engine.consumer import filter_pulled, stamp_queue_offsets
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.rebalance import Rebalance
+from rmqk.engine.startup import client_for, load_offset_store, resolve_namesrv
 from rmqk.errors import BrokerError, ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import (
@@ -431,53 +431,22 @@ class AsyncLitePullConsumer:
 
     async def _start(self) -> None:
         opts = self.options
-        if opts.namesrv_addr:
-            self._namesrv = opts.namesrv_addr
-        else:
-            addr = os.environ.get("NAMESRV_ADDR")
-            if not addr:
-                raise ClientError(
-                    "namesrv_addr is not set (option namesrv_addr or env NAMESRV_ADDR)"
-                )
-            self._namesrv = tuple(a for a in addr.split(";") if a)
+        self._namesrv = resolve_namesrv(opts)
         regs = registries()
         self.allocation_strategy = regs.allocation_strategies.create(
             opts.allocate_message_queue_strategy, **dict(opts.allocate_options)
         )
-        instance_name = opts.instance_name
-        if self.message_model is MessageModel.CLUSTERING and instance_name == "DEFAULT":
-            instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
-        self.client_id = build_client_id(instance_name, opts.unit_name, opts.client_ip)
-        self.client = ClientInstance.get_or_create(
-            self.client_id,
-            ClientConfig(
-                namesrv_addrs=self._namesrv,
-                transport=opts.transport,
-                transport_options=dict(opts.transport_options),
-                poll_name_server_interval_ms=opts.poll_name_server_interval,
-                heartbeat_broker_interval_ms=opts.heartbeat_broker_interval,
-                persist_consumer_offset_interval_ms=opts.persist_consumer_offset_interval,
-                request_timeout_ms=opts.mq_client_api_timeout,
-                use_tls=opts.use_tls,
-            ),
-        )
+        self.client = client_for(opts, self.message_model, self._namesrv)
+        self.client_id = self.client.client_id
         if not self.client.register_consumer(self.group, self):
             self.state = ServiceState.CREATE_JUST
             raise ClientError(
                 f"The consumer group[{self.group}] has been created before, "
                 "specify another name please."
             )
-        self.offset_store = regs.offset_stores.create(
-            opts.effective_offset_store,
-            OffsetStoreContext(
-                group=self.group,
-                client_id=self.client_id,
-                message_model=self.message_model,
-                options=opts.offset_store_options,
-                client=self.client,
-            ),
+        self.offset_store = await load_offset_store(
+            opts, self.group, self.message_model, self.client
         )
-        await self.offset_store.load()
         await self.client.start()
         self.state = ServiceState.RUNNING
         self.start_timestamp = int(time.time() * 1000)

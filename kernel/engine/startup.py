@@ -1,0 +1,77 @@
+"""Start-up steps the push and lite-pull consumers share.
+
+Both resolve the name servers the same way, name their client instance the same
+way (so that consumers of one process share a connection pool, as in Java's
+MQClientManager), and create and load their offset store from the registries.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rmqk.contracts import OffsetStore, OffsetStoreContext
+from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
+from rmqk.engine.rebalance import rebalance_wait_interval_ms
+from rmqk.errors import ClientError
+from rmqk.model import MessageModel
+from rmqk.options import ConsumerOptions
+from rmqk.pluginmanager import registries
+
+__all__ = ["client_for", "load_offset_store", "resolve_namesrv"]
+
+
+def resolve_namesrv(options: ConsumerOptions) -> tuple[str, ...]:
+    """The option ``namesrv_addr``, else ``NAMESRV_ADDR`` (``;``-separated), as Java reads it."""
+    if options.namesrv_addr:
+        return tuple(options.namesrv_addr)
+    addr = os.environ.get("NAMESRV_ADDR")
+    if not addr:
+        raise ClientError("namesrv_addr is not set (option namesrv_addr or env NAMESRV_ADDR)")
+    return tuple(a for a in addr.split(";") if a)
+
+
+def client_for(
+    options: ConsumerOptions, message_model: MessageModel, namesrv: tuple[str, ...]
+) -> ClientInstance:
+    """The process-wide client instance this consumer's client id names (created if new).
+
+    A clustering consumer left at instance name DEFAULT gets ``pid#nanos`` instead,
+    as Java's changeInstanceNameToPID does, so two processes on one host differ.
+    """
+    instance_name = options.instance_name
+    if message_model is MessageModel.CLUSTERING and instance_name == "DEFAULT":
+        instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
+    client_id = build_client_id(instance_name, options.unit_name, options.client_ip)
+    return ClientInstance.get_or_create(
+        client_id,
+        ClientConfig(
+            namesrv_addrs=namesrv,
+            transport=options.transport,
+            transport_options=dict(options.transport_options),
+            poll_name_server_interval_ms=options.poll_name_server_interval,
+            heartbeat_broker_interval_ms=options.heartbeat_broker_interval,
+            persist_consumer_offset_interval_ms=options.persist_consumer_offset_interval,
+            request_timeout_ms=options.mq_client_api_timeout,
+            use_tls=options.use_tls,
+            rebalance_interval_ms=rebalance_wait_interval_ms(),
+        ),
+    )
+
+
+async def load_offset_store(
+    options: ConsumerOptions, group: str, message_model: MessageModel, client: ClientInstance
+) -> OffsetStore:
+    """The registered offset store the options name, loaded."""
+    store: OffsetStore = registries().offset_stores.create(
+        options.effective_offset_store,
+        OffsetStoreContext(
+            group=group,
+            client_id=client.client_id,
+            message_model=message_model,
+            options=options.offset_store_options,
+            client=client,
+        ),
+    )
+    await store.load()
+    return store
