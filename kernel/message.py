@@ -175,6 +175,7 @@ _EXT_SLOTS = (
     "broker_name",
     "_props_raw",
     "_props",
+    "_queue_bounds",
 )
 
 
@@ -204,8 +205,13 @@ class MessageExt:
     body_crc: int
     store_size: int
     broker_name: str
-    _props_raw: str | None
+    # The properties as they came off the wire (bytes, decoded on first read) or as
+    # given (str); ``_props`` once parsed.
+    _props_raw: str | bytes | None
     _props: dict[str, str] | None
+    # The queue's (min, max) offsets at the pull that brought this message; added to
+    # the properties as MIN_OFFSET / MAX_OFFSET when they are parsed.
+    _queue_bounds: tuple[int, int] | None
 
     def __init__(
         self,
@@ -247,19 +253,38 @@ class MessageExt:
         self.broker_name = broker_name
         self._props = dict(properties) if properties is not None else None
         self._props_raw = properties_raw
+        self._queue_bounds = None
 
     @property
     def properties(self) -> dict[str, str]:
         props = self._props
         if props is None:
-            props = self._props = parse_properties(self._props_raw)
+            raw = self._props_raw
+            if isinstance(raw, bytes):
+                raw = raw.decode("utf-8", "replace")
+            props = self._props = parse_properties(raw)
+            bounds = self._queue_bounds
+            if bounds is not None:
+                props[MessageProperty.MIN_OFFSET] = str(bounds[0])
+                props[MessageProperty.MAX_OFFSET] = str(bounds[1])
         return props
+
+    def set_queue_bounds(self, bounds: tuple[int, int]) -> None:
+        """Record the queue's min and max offset (PullAPIWrapper's MIN/MAX_OFFSET)."""
+        if self._props is None:
+            self._queue_bounds = bounds
+        else:
+            self._props[MessageProperty.MIN_OFFSET] = str(bounds[0])
+            self._props[MessageProperty.MAX_OFFSET] = str(bounds[1])
 
     @property
     def properties_raw(self) -> str:
-        if self._props is not None:
-            return format_properties(self._props)
-        return self._props_raw or ""
+        if self._props is not None or self._queue_bounds is not None:
+            return format_properties(self.properties)
+        raw = self._props_raw
+        if isinstance(raw, bytes):
+            return raw.decode("utf-8", "replace")
+        return raw or ""
 
     def get_property(self, key: str, default: str | None = None) -> str | None:
         return self.properties.get(key, default)

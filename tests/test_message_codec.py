@@ -245,9 +245,15 @@ def test_decoded_message_equals_one_built_with_the_public_constructor() -> None:
         properties_raw=PROPS,
     )
     assert type(m) is MessageExt
-    # Every slot is filled (the decoder sets them directly, bypassing __init__).
+    # Every slot is filled (the decoder sets them directly, bypassing __init__); the
+    # raw properties stay bytes until read.
     for name in MessageExt.__slots__:
-        assert getattr(m, name) == getattr(built, name), name
+        value = getattr(m, name)
+        if name == "_props_raw":
+            assert isinstance(value, bytes)
+            value = value.decode()
+        assert value == getattr(built, name), name
+    assert m.properties_raw == PROPS  # as received, while unparsed
     assert m == built
 
 
@@ -591,3 +597,19 @@ def test_decode_message_from_a_bytearray_copies_one_record_and_reports_real_offs
     assert (m.body, nxt) == (b"1", 7 + len(good))
     with pytest.raises(FrameError, match=f"record #0 at body offset {nxt}: unknown magic code"):
         decode_message(memoryview(buf), nxt)
+
+
+def test_queue_bounds_reach_the_properties_whether_parsed_before_or_after() -> None:
+    from rmqk.engine.consumer import stamp_queue_offsets
+
+    lazy, eager = decode_messages(hand_record() + hand_record(), "b")
+    assert eager.tags == "TagA"  # parsed before the stamp
+    stamp_queue_offsets([lazy, eager], 5, 1234)
+    for m in (lazy, eager):
+        assert m.properties["MIN_OFFSET"] == "5"
+        assert m.properties["MAX_OFFSET"] == "1234"
+        assert m.properties["TAGS"] == "TagA"
+        assert "MAX_OFFSET\x011234" in m.properties_raw
+    fresh = decode_messages(hand_record(), "b")[0]
+    stamp_queue_offsets([fresh], 0, 9)
+    assert "MIN_OFFSET\x010" in fresh.properties_raw  # read raw without parsing first

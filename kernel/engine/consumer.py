@@ -687,18 +687,16 @@ async def filter_pulled(
 
 
 def stamp_queue_offsets(msgs: list[MessageExt], min_offset: int, max_offset: int) -> None:
-    """Record the queue's min and max offset in each message (PullAPIWrapper's MIN/MAX_OFFSET)."""
-    extra = (
-        f"{MessageProperty.MIN_OFFSET}\x01{min_offset}\x02"
-        f"{MessageProperty.MAX_OFFSET}\x01{max_offset}\x02"
-    )
+    """Record the queue's min and max offset in each message (PullAPIWrapper's MIN/MAX_OFFSET).
+
+    One tuple shared by the pull's messages; the properties get them when parsed.
+    """
+    bounds = (min_offset, max_offset)
     for m in msgs:
-        # Appending to the raw text keeps the properties lazily parsed.
         if m._props is None:
-            m._props_raw = (m._props_raw or "") + extra
+            m._queue_bounds = bounds
         else:
-            m._props[MessageProperty.MIN_OFFSET] = str(min_offset)
-            m._props[MessageProperty.MAX_OFFSET] = str(max_offset)
+            m.set_queue_bounds(bounds)
 
 
 class _PullRequest:

@@ -374,8 +374,11 @@ def _decode_records(
             m.body = body
             m.topic = last_topic
             m.broker_name = broker_name
-            m._props_raw = buf[pos:stop].decode("utf-8", "replace") if props_len else ""
+            # Kept as bytes: decoding costs more than the slice, and most listeners
+            # never read a property.
+            m._props_raw = buf[pos:stop] if props_len else b""
             m._props = None
+            m._queue_bounds = None
             append(m)
             off = stop
     except _BadHost as exc:
