@@ -352,9 +352,7 @@ BUILTIN_COMMANDS: dict[str, Command] = {
             "options. Results are printed and appended to bench/results/results.jsonl."
         ),
         run=lambda args: _run_bench(args.bench_args),
-        add_arguments=lambda parser: parser.add_argument(
-            "bench_args", nargs=argparse.REMAINDER, help="SCENARIO [options]"
-        ),
+        add_arguments=lambda parser: _bench_args(parser),
         examples=(
             "rmqk bench consume -n 200000 --size 100 -q 4",
             "rmqk bench latency --rate 1000 --duration 30 --listener async",
@@ -362,6 +360,10 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         ),
     ),
 }
+
+
+def _bench_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="SCENARIO [options]")
 
 
 def find_bench_dir(start: str | os.PathLike[str] | None = None) -> str | None:

@@ -85,7 +85,7 @@ def widen_for_sink(
     the span grows to match, except for options named in ``keep`` (those the
     config file set).
     """
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     if "pull_threshold_for_topic" not in keep and options.pull_threshold_for_topic == -1:
         changes["pull_threshold_for_topic"] = min(window_rows, 6_553_500)
     if "consume_concurrently_max_span" not in keep:

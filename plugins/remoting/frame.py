@@ -116,7 +116,7 @@ def _language_byte(language: int | str) -> int:
 # json.dumps(ensure_ascii=False)'s own string escaper (C), so the header written by
 # hand below is byte for byte what json.dumps would give, without building an
 # encoder per call.
-_json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_json_str = json.encoder.encode_basestring
 
 
 def _json_header(cmd: RemotingCommand) -> bytes:
