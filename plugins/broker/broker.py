@@ -10,6 +10,7 @@ knowingly differs, the docstring of the processor says so.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -86,6 +87,11 @@ _PULL_CODES = {
     "OFFSET_TOO_SMALL": ResponseCode.PULL_OFFSET_MOVED,
 }
 _EMPTY_QUEUE_STATUSES = frozenset({"NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE"})
+# Plain ints: an int & IntFlag goes through enum machinery on every pull.
+_PULL_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+_PULL_SUSPEND = int(PullSysFlag.SUSPEND)
+_PULL_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+_MASTER_ID_TEXT = str(MASTER_ID)
 
 
 def perm_to_string(perm: int) -> str:
@@ -115,7 +121,7 @@ def validate_topic(topic: str | None) -> str | None:
     """TopicValidator.validateTopic: the SYSTEM_ERROR remark, or None when valid."""
     if topic is None or not topic.strip():
         return "The specified topic is blank."
-    if any(ch not in _VALID_NAME_CHARS for ch in topic):
+    if not _VALID_NAME_CHARS.issuperset(topic):
         return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."
@@ -186,6 +192,11 @@ class BrokerProcessors:
             self._answer_held_pull, self._max_offset, check_interval=hold_check_interval
         )
         self._tasks: set[asyncio.Task[Any]] = set()
+        # What every send response carries, stringified once.
+        self._send_fields: dict[str, str] = {
+            "MSG_REGION": settings.region_id,
+            "TRACE_ON": "true" if settings.trace_on else "false",
+        }
         self._handlers: dict[int, Callable[[Connection, RemotingCommand, int], Any]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
@@ -339,30 +350,27 @@ class BrokerProcessors:
                 max_reconsume_times=h.opt_number("maxReconsumeTimes"),
             )
         # SendMessageRequestHeaderV2 is decoded without null checks (FastCodesHeader).
+        get = request.ext_fields.get
         return _SendHeader(
-            producer_group=h.opt_text("a"),
-            topic=h.opt_text("b"),
-            default_topic=h.opt_text("c"),
-            default_topic_queue_nums=h.opt_number("d"),
-            queue_id=h.opt_number("e"),
-            sys_flag=h.opt_number("f"),
-            born_timestamp=h.opt_number("g"),
-            flag=h.opt_number("h"),
-            properties=h.opt_text("i"),
-            reconsume_times=h.opt_number("j"),
-            unit_mode=h.boolean("k"),
-            batch=h.boolean("m"),
-            max_reconsume_times=h.opt_number("l"),
+            producer_group=get("a"),
+            topic=get("b"),
+            default_topic=get("c"),
+            default_topic_queue_nums=_opt_int(get("d")),
+            queue_id=_opt_int(get("e")),
+            sys_flag=_opt_int(get("f")),
+            born_timestamp=_opt_int(get("g")),
+            flag=_opt_int(get("h")),
+            properties=get("i"),
+            reconsume_times=_opt_int(get("j")),
+            unit_mode=_is_true(get("k")),
+            batch=_is_true(get("m")),
+            max_reconsume_times=_opt_int(get("l")),
         )
 
     def _send_response(self, request: RemotingCommand) -> RemotingCommand:
-        return make_response(
-            request,
-            fields={
-                "MSG_REGION": self.settings.region_id,
-                "TRACE_ON": "true" if self.settings.trace_on else "false",
-            },
-        )
+        response = make_response(request)
+        response.ext_fields = dict(self._send_fields)
+        return response
 
     def _illegal_message_remark(self) -> str:
         return (
@@ -651,7 +659,7 @@ class BrokerProcessors:
     def _pull_subscription(
         self, request: RemotingCommand, h: Headers, group: str, topic: str, sys_flag: int
     ) -> SubscriptionData | RemotingCommand:
-        if sys_flag & PullSysFlag.SUBSCRIPTION:
+        if sys_flag & _PULL_SUBSCRIPTION:
             expression_type = h.opt_text("expressionType")
             sub = build_broker_subscription(topic, h.opt_text("subscription"), expression_type)
             if sub is None:
@@ -700,8 +708,8 @@ class BrokerProcessors:
         queue_id = h.lenient_number("queueId")
         queue_offset = h.lenient_number("queueOffset")
         max_msgs = h.lenient_number("maxMsgNums")
-        has_suspend = bool(sys_flag & PullSysFlag.SUSPEND)
-        has_commit = bool(sys_flag & PullSysFlag.COMMIT_OFFSET)
+        has_suspend = bool(sys_flag & _PULL_SUSPEND)
+        has_commit = bool(sys_flag & _PULL_COMMIT_OFFSET)
         suspend_ms = h.lenient_number("suspendTimeoutMillis") if has_suspend else 0
 
         cfg = self.topics.get(topic)
@@ -751,19 +759,7 @@ class BrokerProcessors:
             )
         else:
             code = _PULL_CODES.get(status, ResponseCode.SYSTEM_ERROR)
-        response = make_response(
-            request,
-            code,
-            status,
-            fields={
-                "suggestWhichBrokerId": MASTER_ID,
-                "nextBeginOffset": result.next_begin_offset,
-                "minOffset": result.min_offset,
-                "maxOffset": result.max_offset,
-            },
-            body=b"".join(result.records) if code == ResponseCode.SUCCESS else b"",
-        )
-        answer: RemotingCommand | None = response
+        answer: RemotingCommand | None = None
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
             self.holds.hold(
                 HeldPull(
@@ -774,11 +770,26 @@ class BrokerProcessors:
                     queue_id=queue_id,
                     offset=queue_offset,
                     timeout=suspend_ms / 1000.0,
-                    has_match=lambda: self._has_match(topic, queue_id, queue_offset, tag_filter),
+                    # Without a filter every arrival matches (no scan needed to know).
+                    has_match=None
+                    if tag_filter is None
+                    else lambda: self._has_match(topic, queue_id, queue_offset, tag_filter),
                 )
             )
-            answer = None
-        elif code == ResponseCode.PULL_OFFSET_MOVED:
+        else:
+            answer = make_response(
+                request,
+                code,
+                status,
+                fields={
+                    "suggestWhichBrokerId": _MASTER_ID_TEXT,
+                    "nextBeginOffset": str(result.next_begin_offset),
+                    "minOffset": str(result.min_offset),
+                    "maxOffset": str(result.max_offset),
+                },
+                body=b"".join(result.records) if code == ResponseCode.SUCCESS else b"",
+            )
+        if code == ResponseCode.PULL_OFFSET_MOVED:
             log.warning(
                 "PULL_OFFSET_MOVED: topic=%s group=%s requestOffset=%d newOffset=%d",
                 topic,
@@ -1255,6 +1266,20 @@ def _with_multi_tags(sys_flag: int, cfg: TopicConfig) -> int:
     return sys_flag | 0x2 if cfg.topic_filter_type == "MULTI_TAG" else sys_flag
 
 
+def _opt_int(value: str | None) -> int | None:
+    """Headers.opt_number without the lookup: a missing or non-numeric field is None."""
+    if value is None:
+        return None
+    try:
+        return int(value)  # int() itself ignores surrounding whitespace
+    except ValueError:
+        return None
+
+
+def _is_true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "true"
+
+
 def _int_or_zero(text: str) -> int:
     try:
         return int(text)
@@ -1271,6 +1296,7 @@ def _mq_json(mq: MessageQueue) -> dict[str, Any]:
     return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
 
 
+@functools.lru_cache(maxsize=1024)
 def build_broker_subscription(
     topic: str, expression: str | None, expression_type: str | None
 ) -> SubscriptionData | None:

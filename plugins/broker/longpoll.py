@@ -4,7 +4,10 @@ A pull that finds nothing new with the suspend flag set is parked here instead
 of answered. It is answered (by re-running it, never suspending again):
 
 * as soon as a message the pull's filter matches arrives in its queue: the
-  store's arrival listener wakes the service at once, not at the next tick;
+  store's arrival listener answers it right there, inside the put that stored
+  the message (before that send's own response is written), as Apache's
+  notifyMessageArriving does from the dispatch; a pull without a tag filter
+  (``has_match`` None) matches every arrival, as ExpressionMessageFilter does;
 * at the periodic check (every ``check_interval`` seconds, 5 s as on Apache)
   once anything new is in the queue, matched or not, or once the pull's
   ``suspendTimeoutMillis`` has passed. So, as on Apache, a suspended pull may be
@@ -43,7 +46,7 @@ class HeldPull:
     queue_id: int
     offset: int
     timeout: float
-    has_match: Callable[[], bool]
+    has_match: Callable[[], bool] | None
     suspended_at: float = attrs.field(factory=time.monotonic)
 
 
@@ -92,7 +95,10 @@ class PullHoldService:
         if loop is None:
             return
         if threading.get_ident() == self._loop_thread:
-            self._mark(key)
+            # Answering now, not at the next loop iteration, takes a whole pass of
+            # the loop (and the sender's response write) off the delivery latency.
+            if key in self._held:
+                self._check(key, arrival=True)
         else:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._mark, key)
@@ -102,8 +108,7 @@ class PullHoldService:
             return
         self._dirty.add(key)
         if not self._wake_scheduled and self._loop is not None:
-            # Coalesce a burst of arrivals (a batch send) into one pass, and run it
-            # after the send's own response was written.
+            # Coalesce a burst of arrivals from another thread into one pass.
             self._wake_scheduled = True
             self._loop.call_soon(self._wake)
 
@@ -136,7 +141,8 @@ class PullHoldService:
                 if newest > pull.offset:
                     # On arrival only a matching message answers the pull; the
                     # periodic check answers on anything new, as Apache's does.
-                    ready = pull.has_match() if arrival else True
+                    has_match = pull.has_match
+                    ready = has_match() if arrival and has_match is not None else True
             except Exception:
                 log.exception("checking held pull on %s failed", key)
                 ready = True

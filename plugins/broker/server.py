@@ -18,7 +18,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any
 
 import attrs
@@ -36,6 +36,7 @@ from rmqk.protocol import (
     LanguageCode,
     RemotingCommand,
     ResponseCode,
+    stringify_fields,
 )
 
 __all__ = [
@@ -56,16 +57,40 @@ log = logging.getLogger("rmqk.broker.server")
 # What an Apache 4.9.8 server puts in the version field (MQVersion.Version.V4_9_8.ordinal()).
 APACHE_VERSION = 409
 SERIALIZE_JSON = 0
+# Past this many bytes of unwritten responses a connection stops reading requests
+# until the peer has taken all but WRITE_BUFFER_LOW of them.
+WRITE_BUFFER_HIGH = 4 * 1024 * 1024
+WRITE_BUFFER_LOW = 16 * 1024
 
 RequestHandler = Callable[["Connection", RemotingCommand, int], Awaitable[RemotingCommand | None]]
 
 
-def _codec() -> Any:
-    # Imported lazily: the frame codec is a sibling plugin and importing it at
-    # module import time would make the broker plugin's registration depend on it.
-    from rmqk.plugins.remoting import frame
+_frame_module: Any = None
 
-    return frame
+
+def _codec() -> Any:
+    # Imported lazily (once): the frame codec is a sibling plugin and importing it at
+    # module import time would make the broker plugin's registration depend on it.
+    global _frame_module
+    if _frame_module is None:
+        from rmqk.plugins.remoting import frame
+
+        _frame_module = frame
+    return _frame_module
+
+
+def _string_fields(fields: Mapping[str, object]) -> dict[str, str]:
+    """``stringify_fields`` with a fast lane for the str and int values of every hot response."""
+    out: dict[str, str] = {}
+    for key, value in fields.items():
+        kind = value.__class__
+        if kind is str:
+            out[key] = value  # type: ignore[assignment]
+        elif kind is int:
+            out[key] = str(value)
+        else:
+            out.update(stringify_fields({key: value}))
+    return out
 
 
 def make_response(
@@ -76,9 +101,18 @@ def make_response(
     body: bytes = b"",
 ) -> RemotingCommand:
     """A response as an Apache server writes it: language JAVA, version 4.9.8."""
-    return RemotingCommand.response_to(
-        request, code, remark, fields, body, language=LanguageCode.JAVA, version=APACHE_VERSION
+    response = RemotingCommand(
+        code,
+        body=body,
+        remark=remark,
+        opaque=request.opaque,
+        flag=RPC_TYPE_RESPONSE,
+        language=LanguageCode.JAVA,
+        version=APACHE_VERSION,
     )
+    if fields:
+        response.ext_fields = _string_fields(fields)
+    return response
 
 
 def make_request(
@@ -182,42 +216,101 @@ def _format_addr(peer: Any) -> str:
     return str(peer)
 
 
-class Connection:
-    """One remoting connection, either side."""
+class _Resume:
+    """Awaitable that carries on a handler coroutine first stepped outside any task.
+
+    :class:`Connection` runs each handler inline, in the transport's read
+    callback; the rare handler that suspends is handed to a task through this,
+    which yields the future it is waiting on and forwards everything else.
+    """
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro = self._coro
+        yielded = self._first
+        while True:
+            try:
+                sent = yield yielded
+            except BaseException as exc:  # a cancellation thrown into the task
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration:
+                    return
+                continue
+            try:
+                yielded = coro.send(sent)
+            except StopIteration:
+                return
+
+
+class Connection(asyncio.Protocol):
+    """One remoting connection, either side: an asyncio protocol.
+
+    Frames are decoded in the transport's read callback and each request's
+    handler is run right there, so a request costs no task wake-up. Requests
+    of one connection are still handled strictly in order: while a handler is
+    suspended (it awaits something), later frames wait in the buffer. When
+    more than :data:`WRITE_BUFFER_HIGH` bytes of responses are waiting to be
+    written, reading stops until the peer has taken most of them.
+    """
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
         *,
         handler: RequestHandler | None = None,
         max_frame_size: int | None = None,
         label: str = "remoting",
+        on_connected: Callable[[Connection], None] | None = None,
     ) -> None:
-        self._reader = reader
-        self._writer = writer
         self._handler = handler
-        self._max_frame_size = max_frame_size
+        self._max_frame_size = max_frame_size or _codec().MAX_FRAME_SIZE
+        self._on_connected = on_connected
         self.label = label
-        self.remote_addr = _format_addr(writer.get_extra_info("peername"))
-        self.local_addr = _format_addr(writer.get_extra_info("sockname"))
+        self.remote_addr = ""
+        self.local_addr = ""
         self.last_activity = time.monotonic()
         self.closed = False
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._busy: asyncio.Task[None] | None = None
+        self._write_paused = False
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._close_callbacks: list[Callable[[Connection], None]] = []
         self._closed_event = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<Connection {self.label} {self.local_addr}<->{self.remote_addr}>"
 
-    # -- lifecycle -------------------------------------------------------------
+    # -- lifecycle (protocol callbacks) ------------------------------------------
 
-    def start(self) -> asyncio.Task[None]:
-        self._task = asyncio.get_running_loop().create_task(
-            self.run(), name=f"rmqk-{self.label}-{self.remote_addr}"
-        )
-        return self._task
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.remote_addr = _format_addr(transport.get_extra_info("peername"))
+        self.local_addr = _format_addr(transport.get_extra_info("sockname"))
+        self.last_activity = time.monotonic()
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        if self._on_connected is not None:
+            self._on_connected(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        if self._transport is not None and not self.closed:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._transport is not None and not self.closed:
+            self._transport.resume_reading()
+            self._process()
 
     def add_close_callback(self, callback: Callable[[Connection], None]) -> None:
         if self.closed:
@@ -229,14 +322,16 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        with contextlib.suppress(Exception):
-            self._writer.close()
+        if self._transport is not None:
+            with contextlib.suppress(Exception):
+                self._transport.close()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(
                     RemotingConnectError(f"connection to {self.remote_addr} closed")
                 )
         self._pending.clear()
+        self._buffer.clear()
         self._closed_event.set()
         callbacks, self._close_callbacks = self._close_callbacks, []
         for callback in callbacks:
@@ -250,50 +345,82 @@ class Connection:
 
     # -- reading ---------------------------------------------------------------
 
-    async def run(self) -> None:
-        codec = _codec()
-        max_size = self._max_frame_size or codec.MAX_FRAME_SIZE
-        reader = self._reader
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._buffer += data
+        self.last_activity = time.monotonic()
         try:
-            while not self.closed:
-                try:
-                    prefix = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError, OSError):
-                    return
-                length = int.from_bytes(prefix, "big", signed=True)
-                # Netty counts the length word itself against the frame limit.
-                if length < 4 or length + 4 > max_size:
-                    log.warning(
-                        "%r: frame length %d outside [4, %d]; closing the connection",
-                        self,
-                        length,
-                        max_size,
-                    )
-                    return
-                try:
-                    frame = await reader.readexactly(length)
-                except (asyncio.IncompleteReadError, ConnectionError, OSError):
-                    return
-                self.last_activity = time.monotonic()
-                try:
-                    decoded = codec.decode_frame_typed(frame)
-                except FrameError as exc:
-                    log.warning("%r: malformed frame (%s); closing the connection", self, exc)
-                    return
-                except Exception as exc:
-                    log.warning("%r: undecodable frame (%r); closing the connection", self, exc)
-                    return
-                command = decoded.command
-                if command.flag & RPC_TYPE_RESPONSE:
-                    self._on_response(command)
-                else:
-                    await self._on_request(command, int(decoded.serialize_type))
+            self._process()
+        except Exception:
+            log.exception("%r: read loop failed", self)
+            self.close()
+
+    def _process(self) -> None:
+        """Decode and dispatch every complete frame in the buffer, in order."""
+        codec = _codec()
+        buf = self._buffer
+        max_size = self._max_frame_size
+        while not self.closed and self._busy is None and not self._write_paused:
+            if len(buf) < 4:
+                return
+            length = int.from_bytes(buf[:4], "big", signed=True)
+            # Netty counts the length word itself against the frame limit.
+            if length < 4 or length + 4 > max_size:
+                log.warning(
+                    "%r: frame length %d outside [4, %d]; closing the connection",
+                    self,
+                    length,
+                    max_size,
+                )
+                self.close()
+                return
+            end = 4 + length
+            if len(buf) < end:
+                return
+            frame = bytes(buf[4:end])
+            del buf[:end]
+            try:
+                decoded = codec.decode_frame_typed(frame)
+            except FrameError as exc:
+                log.warning("%r: malformed frame (%s); closing the connection", self, exc)
+                self.close()
+                return
+            except Exception as exc:
+                log.warning("%r: undecodable frame (%r); closing the connection", self, exc)
+                self.close()
+                return
+            command = decoded.command
+            if command.flag & RPC_TYPE_RESPONSE:
+                self._on_response(command)
+            else:
+                self._dispatch(command, int(decoded.serialize_type))
+
+    def _dispatch(self, request: RemotingCommand, serialize_type: int) -> None:
+        coro = self._on_request(request, serialize_type)
+        try:
+            yielded = coro.send(None)
+        except StopIteration:
+            return
+        self._busy = asyncio.get_running_loop().create_task(
+            self._finish(coro, yielded), name=f"rmqk-{self.label}-{self.remote_addr}"
+        )
+
+    async def _finish(self, coro: Coroutine[Any, Any, None], yielded: Any) -> None:
+        try:
+            await _Resume(coro, yielded)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("%r: read loop failed", self)
+            log.exception("%r: request handling failed", self)
         finally:
-            self.close()
+            self._busy = None
+            if not self.closed:
+                try:
+                    self._process()
+                except Exception:
+                    log.exception("%r: read loop failed", self)
+                    self.close()
 
     def _on_response(self, response: RemotingCommand) -> None:
         future = self._pending.pop(response.opaque, None)
@@ -324,15 +451,16 @@ class Connection:
         if response is None or request.flag & RPC_ONEWAY:
             return
         self.send(response, serialize_type)
-        if self._writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
-            with contextlib.suppress(ConnectionError, OSError):
-                await self._writer.drain()
 
     # -- writing ---------------------------------------------------------------
 
     def send(self, command: RemotingCommand, serialize_type: int = SERIALIZE_JSON) -> bool:
         """Write one command; False when the connection is already closed."""
-        if self.closed:
+        transport = self._transport
+        if self.closed or transport is None:
+            return False
+        if transport.is_closing():
+            self.close()
             return False
         codec = _codec()
         try:
@@ -341,7 +469,7 @@ class Connection:
             log.error("%r: cannot encode command code %d: %s", self, command.code, exc)
             return False
         try:
-            self._writer.write(data)
+            transport.write(data)
         except (ConnectionError, OSError, RuntimeError):
             self.close()
             return False
@@ -399,14 +527,14 @@ async def connect(
     if not sep or not port_text.isdigit():
         raise RemotingConnectError(f"address {addr!r} is not host:port")
     host = host.strip("[]")
+    conn = Connection(handler=handler, label=label)
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port_text)), timeout
+        await asyncio.wait_for(
+            asyncio.get_running_loop().create_connection(lambda: conn, host, int(port_text)),
+            timeout,
         )
     except (TimeoutError, OSError) as exc:
         raise RemotingConnectError(f"connect to {addr} failed: {exc}") from exc
-    conn = Connection(reader, writer, handler=handler, label=label)
-    conn.start()
     return conn
 
 
@@ -531,7 +659,9 @@ class RemotingServer:
         if self._tls is not None and self._tls.mode == "permissive":
             self.port = await self._start_sniffing(host, port)
         else:
-            self._server = await asyncio.start_server(self._accept, host, port, ssl=self._ssl)
+            self._server = await asyncio.get_running_loop().create_server(
+                self._new_connection, host, port, ssl=self._ssl
+            )
             sockets = self._server.sockets or ()
             self.port = sockets[0].getsockname()[1] if sockets else port
         self.host = host
@@ -607,11 +737,9 @@ class RemotingServer:
             client.close()
             return
         tls = first[0] == _TLS_HANDSHAKE
-        reader = asyncio.StreamReader(limit=2**16)
-        protocol = asyncio.StreamReaderProtocol(reader)
         try:
-            transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol, client, ssl=self._ssl if tls else None
+            await loop.connect_accepted_socket(
+                self._new_connection, client, ssl=self._ssl if tls else None
             )
         except (OSError, ssl.SSLError, TimeoutError) as exc:
             log.info("%s: TLS handshake failed: %s", self.name, exc)
@@ -620,20 +748,19 @@ class RemotingServer:
         except BaseException:
             client.close()
             raise
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        await self._accept(reader, writer)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(
-            reader,
-            writer,
+    def _new_connection(self) -> Connection:
+        return Connection(
             handler=self._handler,
             max_frame_size=self._max_frame_size,
             label=self.name,
+            on_connected=self._accepted,
         )
+
+    def _accepted(self, conn: Connection) -> None:
+        # Only once connected (after the TLS handshake): a failed handshake leaves no trace.
         self.connections.add(conn)
         conn.add_close_callback(self._closed)
-        await conn.run()
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)

@@ -179,7 +179,7 @@ class CommitLog:
         self.segments.append(seg)
         fsync_dir(self.directory)
 
-    def write(self, offset: int, data: bytes) -> None:
+    def write(self, offset: int, data: bytes | bytearray) -> None:
         """Write bytes reserved with :meth:`reserve` (they never cross a segment end)."""
         seg = self.segments[-1]
         written = os.pwrite(seg.fd, data, offset - seg.base)

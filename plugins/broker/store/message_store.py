@@ -587,7 +587,7 @@ class MessageStore:
                 )
                 pos += size
             try:
-                self.commit_log.write(offset, bytes(buf))
+                self.commit_log.write(offset, buf)
             except OSError as exc:
                 log.exception("commit log write failed")
                 return [
@@ -1087,8 +1087,13 @@ class MessageStore:
         )
 
 
+@functools.lru_cache(maxsize=4096)
+def _valid_topic(topic: str) -> bool:
+    return len(topic) <= _TOPIC_MAX_LENGTH and _TOPIC_PATTERN.match(topic) is not None
+
+
 def _check_destination(topic: str, queue_id: int) -> PutResult | None:
-    if len(topic) > _TOPIC_MAX_LENGTH or not _TOPIC_PATTERN.match(topic):
+    if not _valid_topic(topic):
         return _failed(
             PutMessageStatus.MESSAGE_ILLEGAL,
             f"topic {topic!r} is not valid: at most {_TOPIC_MAX_LENGTH} characters "
