@@ -253,9 +253,15 @@ def stringify_fields(fields: Mapping[str, object]) -> dict[str, str]:
     """Header fields as strings; None is skipped and booleans are Java's ``true``/``false``."""
     out: dict[str, str] = {}
     for key, value in fields.items():
-        if value is None:
+        # Exact str and int first: nearly every field, on every request.
+        kind = value.__class__
+        if kind is str:
+            out[key] = value  # type: ignore[assignment]
+        elif kind is int:
+            out[key] = str(value)
+        elif value is None:
             continue
-        if isinstance(value, bool):
+        elif isinstance(value, bool):
             out[key] = "true" if value else "false"
         elif isinstance(value, enum.Enum):
             out[key] = str(value.value)

@@ -216,3 +216,18 @@ def test_hand_written_json_header_is_what_json_dumps_gives(
             encode_header(cmd)
         return
     assert encode_header(cmd) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["UNIQ_KEY", "UNIQ_KEYX", "XUNIQ_KEY", "\x01", "\x02", "a", "K"]),
+        max_size=12,
+    )
+)
+def test_one_property_found_without_parsing_agrees_with_parse_properties(parts: list[str]) -> None:
+    from rmqk.message import parse_properties
+    from rmqk.plugins.remoting.client import _property_value
+
+    text = "".join(parts)
+    assert _property_value(text, "UNIQ_KEY") == parse_properties(text).get("UNIQ_KEY", "")

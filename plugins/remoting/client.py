@@ -26,7 +26,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from rmqk.errors import BrokerError, ConfigError, RemotingConnectError, RemotingError
-from rmqk.message import Message, MessageExt, MessageProperty, parse_properties
+from rmqk.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    Message,
+    MessageExt,
+    MessageProperty,
+    parse_properties,
+)
 from rmqk.model import (
     MessageQueue,
     PullResult,
@@ -98,6 +105,26 @@ def _serialize_type(name: str) -> SerializeType:
 
 def _protocol_error(addr: str, code: int, what: str) -> bodies.BodyFormatError:
     return bodies.BodyFormatError(f"response code {code} from {addr}: {what}")
+
+
+def _property_value(text: str, key: str) -> str:
+    """One property of a ``k\x01v\x02`` text without parsing the rest ("" if absent).
+
+    The last occurrence wins, as with parse_properties (a Java HashMap put).
+    """
+    probe = f"{key}{NAME_VALUE_SEPARATOR}"
+    end = len(text)
+    while True:
+        at = text.rfind(probe, 0, end)
+        if at < 0:
+            return ""
+        if at == 0 or text[at - 1] == PROPERTY_SEPARATOR:
+            begin = at + len(probe)
+            stop = text.find(PROPERTY_SEPARATOR, begin)
+            value = text[begin:] if stop < 0 else text[begin:stop]
+            if value:  # an empty value is skipped, as parse_properties does
+                return value
+        end = at + len(probe) - 1
 
 
 def _header_int(response: RemotingCommand, name: str, addr: str) -> int:
@@ -630,8 +657,8 @@ class TcpTransport:
         if request.batch:
             uniq = ",".join(_batch_uniq_ids(body))
         else:
-            uniq = parse_properties(request.properties).get(
-                MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""
+            uniq = _property_value(
+                request.properties, MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
             )
         return SendResult(
             status=status,
