@@ -70,6 +70,10 @@ class ConsumerStats:
     def consume_rt(self, topic: str, ms: float) -> None:
         self.topics[topic].consume_rt.add(ms)
 
+    def add_consume_rt(self, topic: str, total_ms: float, calls: int) -> None:
+        """Several listener calls at once: their summed time, counted as ``calls``."""
+        self.topics[topic].consume_rt.add(total_ms, calls)
+
     def consume_ok(self, topic: str, n: int) -> None:
         t = self.topics[topic]
         t.consume_ok.add(n)

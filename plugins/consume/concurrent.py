@@ -315,7 +315,13 @@ class ConcurrentConsumeService:
         started = int(time.time() * 1000)
         for r in live:
             self._stamp(r, started)
-        contexts = [ConsumeConcurrentlyContext(r.mq) for r in live]
+        # A listener that takes no context cannot set ack_index: one shared None.
+        if consumer.invoker.wants_context:
+            contexts: list[ConsumeConcurrentlyContext | None] = [
+                ConsumeConcurrentlyContext(r.mq) for r in live
+            ]
+        else:
+            contexts = [None] * len(live)
         requeued = False
 
         def give_up(started: int) -> None:
@@ -335,16 +341,42 @@ class ConcurrentConsumeService:
                     self._queue.put_nowait(r)
             live = live[: len(outcomes)]
             contexts = contexts[: len(outcomes)]
+        success = ConsumeStatus.CONSUME_SUCCESS
+        total_ms = 0.0
+        per_topic: dict[str, list[float]] = {}
         for r, ctx, outcome in zip(live, contexts, outcomes, strict=True):
+            total_ms += outcome.duration_ms
+            entry = per_topic.get(r.mq.topic)
+            if entry is None:
+                per_topic[r.mq.topic] = [outcome.duration_ms, 1]
+            else:
+                entry[0] += outcome.duration_ms
+                entry[1] += 1
+            plain = outcome.exception is None and (
+                outcome.status is None or outcome.status is success
+            )
+            if plain and (ctx is None or ctx.ack_index >= len(r.msgs) - 1):
+                self._ack(r)
+                continue
             status = self._status(outcome)
-            self._call_ms += (outcome.duration_ms - self._call_ms) * 0.1
-            consumer.stats.consume_rt(r.mq.topic, outcome.duration_ms)
             if r.pq.dropped:
                 continue
-            if status is ConsumeStatus.CONSUME_SUCCESS and ctx.ack_index >= len(r.msgs) - 1:
+            if status is success and (ctx is None or ctx.ack_index >= len(r.msgs) - 1):
                 self._ack(r)
             else:
-                await self._process_result(status, ctx, r.msgs, r.pq, r.mq)
+                await self._process_result(
+                    status,
+                    ctx if ctx is not None else ConsumeConcurrentlyContext(r.mq),
+                    r.msgs,
+                    r.pq,
+                    r.mq,
+                )
+        if outcomes:
+            mean_ms = total_ms / len(outcomes)
+            self._call_ms += (mean_ms - self._call_ms) * 0.3
+            # One statistics entry per topic and group rather than per call.
+            for topic, (ms, calls) in per_topic.items():
+                consumer.stats.add_consume_rt(topic, ms, int(calls))
 
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         if outcome.exception is not None:
