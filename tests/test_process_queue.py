@@ -77,3 +77,67 @@ def test_commit_point_never_passes_an_unacknowledged_message(sizes: list[int], r
         lowest = min((m.queue_offset for m in in_flight), default=next_offset)
         assert committed <= lowest
     assert pq.remove_messages(in_flight) in (-1, next_offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "remove", "take", "commit", "rollback"]),
+            st.lists(st.integers(min_value=0, max_value=40), max_size=8),
+        ),
+        max_size=25,
+    )
+)
+def test_bulk_and_per_message_paths_keep_the_same_books(
+    steps: list[tuple[str, list[int]]],
+) -> None:
+    """Any mix of batches (in order, overlapping, out of order) keeps a model's counts.
+
+    The model is a plain dict of offsets held; put skips offsets already held
+    (in either map), remove forgets the given ones.
+    """
+
+    def sized(offset: int) -> MessageExt:
+        return MessageExt(topic="T", body=b"x" * (offset % 5 + 1), queue_offset=offset)
+
+    pq = ProcessQueue()
+    held: dict[int, int] = {}  # offset -> body size, both maps
+    taken: set[int] = set()
+    for action, offsets in steps:
+        if action == "put":
+            batch = [
+                MessageExt(topic="T", body=b"x" * (o % 5 + 1), queue_offset=o) for o in offsets
+            ]
+            pq.put_messages(batch)
+            for m in batch:
+                held.setdefault(m.queue_offset, len(m.body))
+        elif action == "remove":
+            batch = [
+                MessageExt(topic="T", body=b"x" * (o % 5 + 1), queue_offset=o) for o in offsets
+            ]
+            present = [o for o in offsets if o in held and o not in taken]
+            point = pq.remove_messages(batch)
+            for o in set(present):
+                del held[o]
+            rest = sorted(o for o in held if o not in taken)
+            if point != -1:
+                assert point == (rest[0] if rest else pq.queue_offset_max + 1)
+        elif action == "take":
+            for m in pq.take_messages(len(offsets) + 1):
+                taken.add(m.queue_offset)
+        elif action == "commit":
+            pq.commit()
+            for o in taken:
+                held.pop(o, None)
+            taken.clear()
+        else:
+            pq.rollback()
+            taken.clear()
+        assert pq.msg_count == len(held)
+        assert pq.msg_size == sum(held.values())
+        waiting = sorted(o for o in held if o not in taken)
+        assert pq.cached_count == len(waiting)
+        assert pq.first_offset() == (waiting[0] if waiting else None)
+        assert pq.last_offset() == (waiting[-1] if waiting else None)
+        assert [m.queue_offset for m in pq.head_messages(100)] == waiting

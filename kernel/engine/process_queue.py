@@ -16,6 +16,8 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import attrgetter
 
 from rmqk.message import MessageExt
 
@@ -32,6 +34,10 @@ PULL_MAX_IDLE_MS = 120_000
 REBALANCE_LOCK_MAX_LIVE_MS = 30_000
 # rocketmq.client.rebalance.lockInterval: how often orderly consumers renew their locks.
 REBALANCE_LOCK_INTERVAL_MS = 20_000
+
+
+_OFFSET = attrgetter("queue_offset")
+_BODY = attrgetter("body")
 
 
 def _now_ms() -> int:
@@ -93,6 +99,27 @@ class ProcessQueue:
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> bool:
         """Add a pulled batch; returns dispatchToConsume (the orderly drainer edge)."""
+        if msgs:
+            offs = list(map(_OFFSET, msgs))
+            # The usual batch: increasing offsets past everything held. The maps and
+            # sums then run in C, without a membership test per message.
+            held = max(
+                self._order[-1] if self._order else -1,
+                self.queue_offset_max if self._msgs or self._consuming_map else -1,
+                max(self._consuming_map, default=-1),
+            )
+            if offs[0] > held and (
+                len(offs) == 1 or (sorted(offs) == offs and len(set(offs)) == len(offs))
+            ):
+                self._msgs.update(zip(offs, msgs, strict=True))
+                self._order.extend(offs)
+                self.queue_offset_max = offs[-1]
+                self.msg_count += len(offs)
+                self.msg_size += sum(map(len, map(_BODY, msgs)))
+                if not self.consuming:
+                    self.consuming = True
+                    return True
+                return False
         valid = 0
         size = 0
         needs_sort = False
@@ -191,14 +218,15 @@ class ProcessQueue:
         if not self._msgs:
             return -1
         result = self.queue_offset_max + 1
-        removed = 0
-        size = 0
-        started = self.consume_started
-        for msg in msgs:
-            started.pop(msg.queue_offset, None)
-            if self._msgs.pop(msg.queue_offset, None) is not None:
-                removed += 1
-                size += len(msg.body)
+        offs = list(map(_OFFSET, msgs))
+        # C-level loops: a pop per offset from each map.
+        deque(map(self.consume_started.pop, offs, repeat(None)), maxlen=0)
+        popped = list(map(self._msgs.pop, offs, repeat(None)))
+        missing = popped.count(None)
+        if missing:
+            popped = [m for m in popped if m is not None]
+        removed = len(popped)
+        size = sum(map(len, map(_BODY, popped)))
         self.msg_count -= removed
         self.msg_size -= size
         if self.msg_count <= 0:

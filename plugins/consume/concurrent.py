@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["ConcurrentConsumeService", "normalize_status"]
 
 log = logging.getLogger("rmqk.plugins.consume.concurrent")
+
+_OFFSET = attrgetter("queue_offset")
 
 LOCAL_RETRY_DELAY_S = 5.0
 # The most chunks one worker takes from the backlog at once.
@@ -145,9 +149,7 @@ class ConcurrentConsumeService:
         if r.mq.topic == self._retry_topic:
             self.consumer.reset_retry_topic(r.msgs)
         # When each message's consume began, for cleanExpiredMsg.
-        stamps = r.pq.consume_started
-        for m in r.msgs:
-            stamps[m.queue_offset] = started
+        r.pq.consume_started.update(zip(map(_OFFSET, r.msgs), repeat(started)))
 
     async def _async_worker(self) -> None:
         """The worker for an async listener without consume hooks: one chunk, inline."""
