@@ -137,7 +137,8 @@ class ProcessQueue:
             size += len(msg.body)
             self.queue_offset_max = off
         if needs_sort:
-            self._order = deque(sorted(o for o in self._order if o in self._msgs))
+            # A set: an offset removed and put again is in the deque twice.
+            self._order = deque(sorted({o for o in self._order if o in self._msgs}))
         self.msg_count += valid
         self.msg_size += size
         dispatch = False
@@ -282,6 +283,11 @@ class ProcessQueue:
             self._consuming_map.pop(msg.queue_offset, None)
             self._msgs[msg.queue_offset] = msg
             self._order.appendleft(msg.queue_offset)
+        # A message put while these were out may sort before them (Java's TreeMap
+        # would place it); rare, so restore the order by sorting when it happens.
+        order = list(self._order)
+        if order != sorted(order):
+            self._order = deque(sorted({o for o in order if o in self._msgs}))
 
     def rollback(self) -> None:
         self.make_messages_to_consume_again(list(self._consuming_map.values()))
