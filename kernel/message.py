@@ -277,6 +277,17 @@ class MessageExt:
             self._props[MessageProperty.MIN_OFFSET] = str(bounds[0])
             self._props[MessageProperty.MAX_OFFSET] = str(bounds[1])
 
+    def properties_text(self) -> str | bytes:
+        """The properties as ``k\x01v\x02`` text, without parsing them.
+
+        The bytes received while the properties are unparsed (so without the
+        pull's MIN/MAX_OFFSET), the text formatted from them once parsed. For
+        columnar readers that parse many messages' properties at once.
+        """
+        if self._props is not None:
+            return format_properties(self._props)
+        return self._props_raw or ""
+
     @property
     def properties_raw(self) -> str:
         if self._props is not None or self._queue_bounds is not None:

@@ -613,3 +613,11 @@ def test_queue_bounds_reach_the_properties_whether_parsed_before_or_after() -> N
     fresh = decode_messages(hand_record(), "b")[0]
     stamp_queue_offsets([fresh], 0, 9)
     assert "MIN_OFFSET\x010" in fresh.properties_raw  # read raw without parsing first
+
+
+def test_properties_text_is_the_received_bytes_until_parsed() -> None:
+    (m,) = decode_messages(hand_record(), "b")
+    assert m.properties_text() == PROPS.encode()
+    m.properties["EXTRA"] = "1"
+    assert m.properties_text() == m.properties_raw
+    assert "EXTRA\x011\x02" in m.properties_text()
