@@ -3,8 +3,14 @@
 The same N messages are consumed twice with the same consumer settings: once
 by a no-op async listener (the consume rate) and once delivered to the sink,
 which group-commits them into Parquet and acknowledges each batch only after
-the write (rows/s). Spark is warmed first by sinking a small topic, so the
-figure excludes the JVM's start. The rows on disk are counted afterwards.
+the write (rows/s). The sink run delivers as ``rmqk run`` does: the listener
+returns ``sink.submit(...)`` (no consume worker waits on a flush) and the
+consumer's flow control is widened to the sink's ``window_rows``
+(``pull_threshold_for_topic``, ``consume_concurrently_max_span``) unless
+``--consumer-option`` sets them; the consume run gets the same widened options.
+``--await-write`` restores the old listener that awaits ``sink.write``. Spark
+is warmed first by sinking a small topic, so the figure excludes the JVM's
+start. The rows on disk are counted afterwards.
 """
 
 from __future__ import annotations
@@ -62,6 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra sink option, e.g. flush_rows=50000 (repeatable)",
     )
+    parser.add_argument(
+        "--await-write",
+        action="store_true",
+        help="the listener awaits sink.write (a worker per batch), not sink.submit",
+    )
+    parser.add_argument(
+        "--no-widen",
+        action="store_true",
+        help="leave the consumer's flow control alone (no widening to window_rows)",
+    )
     parser.add_argument("--out", default=None, help="output directory (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=900.0)
 
@@ -79,6 +95,7 @@ async def sink_run(
     options: dict[str, Any],
     sink_options: dict[str, Any],
     timeout: float,
+    await_write: bool = False,
 ) -> tuple[ConsumeRun, dict[str, Any]]:
     sink = registries().sinks.create("spark", sink_options)
     await sink.start()
@@ -86,13 +103,30 @@ async def sink_run(
     count = [0]
     first: list[float] = []
 
-    async def deliver(msgs: list[MessageExt], context: Any) -> None:
-        await sink.write(context.queue, msgs)
+    def written(n: int) -> None:
         if not first:
             first.append(time.perf_counter())
-        count[0] += len(msgs)
+        count[0] += n
         if count[0] >= expected:
             done.set()
+
+    submit = getattr(sink, "submit", None)
+    if await_write or not callable(submit):
+
+        async def deliver(msgs: list[MessageExt], context: Any) -> Any:
+            await sink.write(context.queue, msgs)
+            written(len(msgs))
+
+    else:
+
+        async def deliver(msgs: list[MessageExt], context: Any) -> Any:
+            future: asyncio.Future[None] = submit(context.queue, msgs)
+            n = len(msgs)
+            # Counted when the flush commits, as the consumer's acknowledgement is.
+            future.add_done_callback(
+                lambda f: None if f.cancelled() or f.exception() else written(n)
+            )
+            return future
 
     consumer = AsyncPushConsumer(
         unique("bench_sink"),
@@ -117,6 +151,34 @@ async def sink_run(
     finally:
         await sink.close()
     return ConsumeRun(count[0], elapsed, first[0] - started), stats
+
+
+def widened(options: dict[str, Any], window_rows: int, given: set[str]) -> dict[str, Any]:
+    """``options`` with the flow control ``rmqk run`` gives a consumer of such a sink."""
+    from rmqk.options import Where, validate_options
+    from rmqk.runtime import widen_for_sink
+
+    resolved, problems = validate_options(options, Where("<bench>", "spark-sink"))
+    if problems:
+        raise RmqkError(f"bad consumer options: {problems}")
+    wide = widen_for_sink(resolved, window_rows, frozenset(given))
+    out = dict(options)
+    for key in ("pull_threshold_for_topic", "consume_concurrently_max_span"):
+        if getattr(wide, key) != getattr(resolved, key):
+            out[key] = getattr(wide, key)
+    return out
+
+
+def _scalar(text: str) -> Any:
+    """A sink option's value as TOML would give it: a number or boolean when it is one."""
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def count_rows(path: str) -> int:
@@ -147,13 +209,24 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
     options.update(consumer_extra)
     own_out = args.out is None
     out = Path(args.out or tempfile.mkdtemp(prefix="rmqk-bench-sink-"))
-    extra = key_values(args.sink_option)
+    extra = {k: _scalar(v) for k, v in key_values(args.sink_option).items()}
+    window = getattr(
+        registries().sinks.create("spark", {"path": str(out), **extra}), "window_rows", 0
+    )
+    if window and not args.no_widen:
+        options = widened(options, window, set(consumer_extra))
     try:
         warm_s = 0.0
         if args.warmup_messages > 0:
             warm_opts = {"path": str(out / "warmup"), **extra}
             warm, _ = await sink_run(
-                ns, warm_topic, args.warmup_messages, options, warm_opts, args.timeout
+                ns,
+                warm_topic,
+                args.warmup_messages,
+                options,
+                warm_opts,
+                args.timeout,
+                args.await_write,
             )
             warm_s = warm.elapsed_s
         consume = await consume_all(
@@ -166,7 +239,9 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
             options={k: v for k, v in options.items() if k != "consume_message_batch_max_size"},
         )
         sink_opts = {"path": str(out / "data"), **extra}
-        sinked, stats = await sink_run(ns, topic, args.messages, options, sink_opts, args.timeout)
+        sinked, stats = await sink_run(
+            ns, topic, args.messages, options, sink_opts, args.timeout, args.await_write
+        )
         rows_on_disk = await asyncio.to_thread(count_rows, str(out / "data"))
     finally:
         if own_out:
@@ -185,6 +260,8 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
             "batch": args.batch,
             "consume_thread_max": args.consume_thread_max,
             "consumer_options": consumer_extra,
+            "effective_consumer_options": options,
+            "listener": "write" if args.await_write else "submit",
             "warmup_messages": args.warmup_messages,
             "sink_options": extra,
         },
@@ -196,6 +273,7 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
             "flushes": flushes,
             "warmup_s": round(warm_s, 2),
             "seconds_writing": round(float(stats.get("seconds_writing", 0.0)), 3),
+            "seconds_arrow": round(float(stats.get("seconds_arrow", 0.0)), 3),
         },
         targets=[at_least("sink/consume", ratio, TARGET_OVER_CONSUME)],
     )

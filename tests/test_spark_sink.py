@@ -408,14 +408,56 @@ async def test_a_failed_write_fails_every_batch_of_the_flush(spark: Any, tmp_pat
     sink = SparkSink({"path": str(blocker), "flush_seconds": 0.2})
     await sink.start()
     q = MessageQueue("Orders", "broker-a", 0)
+    submitted = sink.submit(q, [_message(0, 2, {})])
+    assert not submitted.done()
     results = await asyncio.gather(
         sink.write(q, [_message(0, 0, {})]),
         sink.write(q, [_message(0, 1, {})]),
+        submitted,
         return_exceptions=True,
     )
     assert all(isinstance(r, Exception) for r in results), results
     assert sink.stats.failed_flushes == 1 and sink.stats.rows_written == 0
     await sink.close()
+
+
+@pytest.mark.spark
+async def test_submit_returns_the_future_of_the_flush_that_covers_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    from rmqk.plugins.spark.sink import SparkSink
+
+    out = tmp_path / "submitted"
+    sink = SparkSink({"path": str(out), "flush_rows": 100, "flush_seconds": 60.0})
+    assert sink.window_rows == 200  # one flush written while the next fills
+    await sink.start()
+    q = MessageQueue("Orders", "broker-a", 0)
+
+    def batch(first: int, n: int) -> list[MessageExt]:
+        return [_message(0, first + k, {}) for k in range(n)]
+
+    first = sink.submit(q, batch(0, 60))
+    assert isinstance(first, asyncio.Future)
+    await asyncio.sleep(1.0)
+    assert not first.done() and sink.stats.flushes == 0  # below flush_rows, timer far off
+    second = sink.submit(q, batch(60, 60))
+    third = sink.submit(q, batch(120, 60))
+    # The flush takes batches up to flush_rows: the first two; the third waits.
+    await asyncio.wait_for(asyncio.gather(first, second), 300)
+    assert (sink.stats.flushes, sink.stats.rows_written, sink.stats.batches) == (1, 120, 2)
+    await asyncio.sleep(0.5)
+    assert not third.done()
+    # A cancelled batch that no flush has taken is not written.
+    withdrawn = sink.submit(q, batch(1000, 5))
+    withdrawn.cancel()
+    await asyncio.sleep(0)
+    fourth = sink.submit(q, batch(180, 40))
+    await asyncio.wait_for(asyncio.gather(third, fourth), 300)
+    assert (sink.stats.flushes, sink.stats.rows_written, sink.stats.batches) == (2, 220, 4)
+    assert sink.submit(q, []).done()
+    await sink.close()
+    offsets = [r.queue_offset for r in spark.read.parquet(str(out)).collect()]
+    assert sorted(offsets) == list(range(220))
 
 
 @pytest.mark.spark

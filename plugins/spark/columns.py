@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmqk.message import MessageExt, MessageProperty
+from rmqk.message import PROPERTY_SEPARATOR, MessageExt, MessageProperty
 from rmqk.model import MessageQueue
 
 if TYPE_CHECKING:
@@ -125,79 +125,182 @@ def messages_to_arrow(
 
     ``queue`` names the broker and queue id a message was consumed from (for a
     retry it is the %RETRY% queue); None takes them from the message itself.
+
+    The per-message Python work is one attribute read per column; properties
+    are parsed by Arrow kernels from their raw text (with parse_properties's
+    rules), not into a dict per message.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    topic: list[str] = []
+    msgs: list[MessageExt] = []
     broker: list[str] = []
     queue_id: list[int] = []
-    queue_offset: list[int] = []
-    msg_id: list[str] = []
-    keys: list[str | None] = []
-    tags: list[str | None] = []
-    map_offsets: list[int] = [0]
-    map_keys: list[str] = []
-    map_values: list[str] = []
-    body: list[bytes] = []
-    born: list[int] = []
-    stored: list[int] = []
-    reconsume: list[int] = []
-    excluded = EXCLUDED_PROPERTIES
-    uniq_key = MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-    n_props = 0
     for queue, messages in batches:
-        for m in messages:
-            props = m.properties
-            topic.append(m.topic)
-            if queue is None:
-                broker.append(m.broker_name)
-                queue_id.append(m.queue_id)
-            else:
-                broker.append(queue.broker_name)
-                queue_id.append(queue.queue_id)
-            queue_offset.append(m.queue_offset)
-            uniq = props.get(uniq_key)
-            msg_id.append(uniq if uniq else m.offset_msg_id)
-            keys.append(props.get(MessageProperty.KEYS))
-            tags.append(props.get(MessageProperty.TAGS))
-            for k, v in props.items():
-                if k not in excluded:
-                    map_keys.append(k)
-                    map_values.append(v)
-                    n_props += 1
-            map_offsets.append(n_props)
-            body.append(m.body)
-            born.append(m.born_timestamp)
-            stored.append(m.store_timestamp)
-            reconsume.append(m.reconsume_times)
+        msgs.extend(messages)
+        if queue is None:
+            broker.extend([m.broker_name for m in messages])
+            queue_id.extend([m.queue_id for m in messages])
+        else:
+            broker.extend([queue.broker_name] * len(messages))
+            queue_id.extend([queue.queue_id] * len(messages))
     schema = arrow_schema()
     ts_type = schema.field("born_timestamp").type
 
     def timestamps(ms: list[int]) -> pa.Array:
         return pc.multiply(pa.array(ms, pa.int64()), 1000).cast(ts_type)
 
-    properties = pa.MapArray.from_arrays(
-        pa.array(map_offsets, pa.int32()),
-        pa.array(map_keys, pa.string()),
-        pa.array(map_values, pa.string()),
-    )
-    if not properties.type.equals(schema.field("properties").type):
-        properties = properties.cast(schema.field("properties").type)
+    props = _Properties.parse(msgs)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(topic, pa.string()),
+            pa.array([m.topic for m in msgs], pa.string()),
             pa.array(broker, pa.string()),
             pa.array(queue_id, pa.int32()),
-            pa.array(queue_offset, pa.int64()),
-            pa.array(msg_id, pa.string()),
-            pa.array(keys, pa.string()),
-            pa.array(tags, pa.string()),
-            properties,
-            pa.array(body, pa.binary()),
-            timestamps(born),
-            timestamps(stored),
-            pa.array(reconsume, pa.int32()),
+            pa.array([m.queue_offset for m in msgs], pa.int64()),
+            props.msg_ids(msgs),
+            props.single(MessageProperty.KEYS),
+            props.single(MessageProperty.TAGS),
+            props.map_column(schema.field("properties").type),
+            pa.array([m.body for m in msgs], pa.binary()),
+            timestamps([m.born_timestamp for m in msgs]),
+            timestamps([m.store_timestamp for m in msgs]),
+            pa.array([m.reconsume_times for m in msgs], pa.int32()),
         ],
         schema=schema,
     )
+
+
+# A segment parse_properties keeps: a non-empty key up to the first \x01, a non-empty value.
+_SEGMENT = "(?s)^(?P<key>[^\x01]+)\x01(?P<value>.+)$"
+
+
+@attrs.frozen
+class _Properties:
+    """Every kept property of a batch of messages, flat in message order."""
+
+    rows: int
+    # per kept property: its message's index, key, value (sorted by message index)
+    parent: pa.Array
+    keys: pa.Array
+    values: pa.Array
+    # offsets[i]..offsets[i+1] are message i's properties among the kept ones
+    offsets: pa.Array
+
+    @classmethod
+    def parse(cls, msgs: Sequence[MessageExt]) -> _Properties:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        segments = pc.split_pattern(_wire_properties(msgs), pattern=PROPERTY_SEPARATOR)
+        flat = pc.list_flatten(segments)
+        parent = pc.list_parent_indices(segments)
+        parts = pc.extract_regex(flat, pattern=_SEGMENT)
+        keep = parts.is_valid()
+        parent = parent.filter(keep)
+        keys = pc.struct_field(parts, "key").filter(keep)
+        values = pc.struct_field(parts, "value").filter(keep)
+        if len(keys) and _has_duplicates(parent, keys):
+            return cls._by_row(msgs)
+        kept = pc.cumulative_sum(keep.cast(pa.int32()))
+        offsets = pc.take(pa.concat_arrays([pa.array([0], pa.int32()), kept]), segments.offsets)
+        return cls(len(msgs), parent, keys, values, offsets)
+
+    @classmethod
+    def _by_row(cls, msgs: Sequence[MessageExt]) -> _Properties:
+        """Through each message's parsed dict: the last of a repeated key wins there."""
+        import pyarrow as pa
+
+        parent: list[int] = []
+        keys: list[str] = []
+        values: list[str] = []
+        offsets = [0]
+        for i, m in enumerate(msgs):
+            for k, v in m.properties.items():
+                parent.append(i)
+                keys.append(k)
+                values.append(v)
+            offsets.append(len(keys))
+        return cls(
+            len(msgs),
+            pa.array(parent, pa.int64()),
+            pa.array(keys, pa.string()),
+            pa.array(values, pa.string()),
+            pa.array(offsets, pa.int32()),
+        )
+
+    def single(self, key: str) -> pa.Array:
+        """The value of ``key`` per message, null where it has none."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        match = pc.equal(self.keys, key)
+        found = self.values.filter(match)
+        if len(found) == 0:
+            return pa.nulls(self.rows, pa.string())
+        # Matches up to each message's first property; a message has a key at most once.
+        before = pa.concat_arrays(
+            [pa.array([0], pa.int64()), pc.cumulative_sum(match.cast(pa.int64()))]
+        )
+        upto = pc.take(before, self.offsets)
+        has = pc.greater(upto[1:], upto[:-1])
+        return pc.replace_with_mask(pa.nulls(self.rows, pa.string()), has, found)
+
+    def msg_ids(self, msgs: Sequence[MessageExt]) -> pa.Array:
+        """UNIQ_KEY, else the offset message id (computed only where it is missing)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        uniq = self.single(MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        missing = uniq.is_null()
+        if uniq.null_count == 0:
+            return uniq
+        where = pc.indices_nonzero(missing).to_pylist()
+        computed = pa.array([msgs[i].offset_msg_id for i in where], pa.string())
+        return pc.replace_with_mask(uniq, missing, computed)
+
+    def map_column(self, map_type: pa.DataType) -> pa.Array:
+        """The properties without those that have a column or change per delivery."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        shown = pc.invert(pc.is_in(self.keys, value_set=pa.array(sorted(EXCLUDED_PROPERTIES))))
+        counted = pc.cumulative_sum(shown.cast(pa.int32()))
+        # Kept properties before message i's first one, shown or not: its map offset.
+        before = pa.concat_arrays([pa.array([0], pa.int32()), counted])
+        offsets = pc.take(before, self.offsets)
+        out = pa.MapArray.from_arrays(offsets, self.keys.filter(shown), self.values.filter(shown))
+        if not out.type.equals(map_type):
+            out = out.cast(map_type)
+        return out
+
+
+def _wire_properties(msgs: Sequence[MessageExt]) -> pa.Array:
+    """Each message's properties text as received, not parsed (as a string array).
+
+    ``properties_raw`` would parse and re-format every consumed message to add
+    the MIN_OFFSET / MAX_OFFSET the consumer records, which no column shows.
+    """
+    import pyarrow as pa
+
+    raws = [m.properties_text() for m in msgs]
+    # A str is stored as its UTF-8 bytes; the cast checks that the bytes are UTF-8.
+    texts = pa.array(raws, pa.binary()).fill_null(b"")
+    try:
+        return texts.cast(pa.string())
+    except pa.ArrowInvalid:
+        # Bad bytes read as U+FFFD, as MessageExt.properties does.
+        return pa.array(
+            [r.decode("utf-8", "replace") if isinstance(r, bytes) else r or "" for r in raws],
+            pa.string(),
+        )
+
+
+def _has_duplicates(parent: pa.Array, keys: pa.Array) -> bool:
+    """Whether any message has a key twice (rare; parse_properties keeps the last)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = pc.dictionary_encode(keys)
+    # One integer per (message, key) pair: distinct unless a message repeats a key.
+    pairs = pc.add(pc.multiply(parent, len(names.dictionary)), names.indices.cast(pa.int64()))
+    return bool(pc.count_distinct(pairs).as_py() != len(keys))

@@ -41,8 +41,8 @@ SINK_KEYS: dict[str, str] = {
     "partition_by": "column name or list of column names to partition the output by",
     "body_format": "binary (default), text (UTF-8) or json (with body_schema)",
     "body_schema": "Spark DDL of the JSON body, e.g. 'order_id STRING, amount DOUBLE'",
-    "flush_rows": "flush when this many rows are buffered (default 100000); keep it below "
-    "what the consumers hold in flight (consume_thread_max x 32), or flushes wait for the timer",
+    "flush_rows": "flush when this many rows are buffered (default 100000), at most this many "
+    "per flush; rmqk run lets a consumer keep twice this in flight (the sink's window_rows)",
     "flush_bytes": "flush when the buffered bodies reach this many bytes (default 64 MiB)",
     "flush_seconds": "flush when the oldest buffered row is this old (default 1.0)",
     "files_per_flush": "files written per flush (default 1; 0 lets Spark decide)",

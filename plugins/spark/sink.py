@@ -1,39 +1,46 @@
 """The ``spark`` sink: group commits of consumed messages into Parquet (or ORC) via Spark.
 
 Every consumer of a process that writes to the same output shares one
-:class:`OutputWriter`. ``write(queue, messages)`` adds the batch to the
-writer's buffer and waits for the flush that covers it; a flush takes
-everything buffered and writes it as one DataFrame, when the buffer holds
-``flush_rows`` rows or ``flush_bytes`` body bytes, or its oldest batch is
-``flush_seconds`` old, whichever comes first. ``write`` returns (and the
-consumer acknowledges, and offsets move) only once the flush has committed;
-if it fails, every batch in it fails and the consumer retries them.
+:class:`OutputWriter`. ``submit(queue, messages)`` adds the batch to the
+writer's buffer and returns at once the future of the flush that covers it
+(``write`` awaits that future). A flush writes the buffered batches as one
+DataFrame when the buffer holds ``flush_rows`` rows or ``flush_bytes`` body
+bytes, or its oldest batch is ``flush_seconds`` old, whichever comes first; it
+takes batches up to ``flush_rows`` / ``flush_bytes``, and the rest is the next
+flush. The future resolves (and the consumer acknowledges, and offsets move)
+only once the flush has committed; if it fails, every batch in it fails and the
+consumer retries them.
 
-A push consumer keeps at most ``consume_thread_max`` batches (of up to 32
-messages, a broker's pull) waiting on the sink. ``flush_rows`` above that can
-never be reached, and every flush then waits for ``flush_seconds``; about half
-of it lets one flush be written while the next one fills (the sink logs a hint
-when it sees flushes starved that way).
+A composed consumer (``rmqk run``) delivers with ``submit``, so waiting on a
+flush holds no consume worker, and widens its flow control to the sink's
+``window_rows``: two flushes' worth, one being written while the next fills.
+A listener that awaits ``write`` instead keeps at most ``consume_thread_max``
+batches waiting, and a ``flush_rows`` above that is only reached through the
+timer (the sink logs a hint when it sees flushes starved that way).
 
 With ``exactly_once`` a flush is staged, committed to a log beside the output
 and then published (see :mod:`rmqk.plugins.spark.commitlog`); messages the log
 already covers are acknowledged without being written again.
 
 Spark calls block, so they run in a worker thread (``asyncio.to_thread``);
-the event loop keeps pulling and buffering while a flush is written.
+the event loop keeps pulling and buffering while a flush is written. Without
+``exactly_once`` the next flush's Arrow columns are built while the previous
+flush is in Spark; its batches still succeed only once its own write has
+committed (a consumer's offsets never pass a batch that is not acknowledged).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -50,6 +57,9 @@ from rmqk.plugins.spark.commitlog import (
 )
 from rmqk.plugins.spark.options import SinkOptions, parse_sink_options
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = ["FlushStats", "OutputWriter", "SparkSink"]
 
 log = logging.getLogger("rmqk.plugins.spark.sink")
@@ -59,6 +69,8 @@ log = logging.getLogger("rmqk.plugins.spark.sink")
 _PUBLISH_RETRIES = 3
 # A commit that loses a race with another process re-filters and re-stages this often.
 _STAGE_ATTEMPTS = 5
+# Rows of Arrow columns built per turn of the event loop (about 20-40 ms of work).
+_ARROW_SLICE_ROWS = 8192
 
 
 @attrs.define
@@ -79,14 +91,19 @@ class FlushStats:
 
 
 class _Pending:
-    __slots__ = ("bytes", "future", "messages", "queue")
+    __slots__ = ("at", "bytes", "future", "messages", "queue")
 
     def __init__(
-        self, queue: MessageQueue, messages: Sequence[MessageExt], future: asyncio.Future[None]
+        self,
+        queue: MessageQueue,
+        messages: Sequence[MessageExt],
+        future: asyncio.Future[None],
+        at: float,
     ) -> None:
         self.queue = queue
         self.messages = messages
         self.future = future
+        self.at = at
         self.bytes = sum(len(m.body) for m in messages)
 
 
@@ -99,7 +116,8 @@ class OutputWriter:
         self.users = 0
         self.session: Any = None
         self._frames: Any = None
-        self._pending: list[_Pending] = []
+        # An ordered set: a cancelled batch leaves it in O(1).
+        self._pending: dict[_Pending, None] = {}
         self._rows = 0
         self._bytes = 0
         self._first_at = 0.0
@@ -140,7 +158,7 @@ class OutputWriter:
         # Nothing will flush any more: fail what waits instead of leaving it hanging.
         log.error("spark sink: the flusher of %s stopped: %r", self.options.target, error)
         self._closing = True
-        pending, self._pending = self._pending, []
+        pending, self._pending = list(self._pending), {}
         for entry in pending:
             if not entry.future.done():
                 entry.future.set_exception(
@@ -191,46 +209,112 @@ class OutputWriter:
 
     # -- buffering ---------------------------------------------------------------------
 
+    def submit(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> asyncio.Future[None]:
+        """Buffer a batch; the future of the flush that covers it (cancel it to withdraw)."""
+        loop = asyncio.get_running_loop()
+        if not messages:
+            done: asyncio.Future[None] = loop.create_future()
+            done.set_result(None)
+            return done
+        return self._submit(loop, queue, messages).future
+
     async def write(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
         if not messages:
             return
+        entry = self._submit(asyncio.get_running_loop(), queue, messages)
+        try:
+            await asyncio.shield(entry.future)
+        except asyncio.CancelledError:
+            # A consumer shutting down gave up on this batch: do not write it if the
+            # flush has not taken it yet (it will be consumed again).
+            self._withdraw(entry)
+            entry.future.cancel()
+            raise
+
+    def _submit(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        queue: MessageQueue,
+        messages: Sequence[MessageExt],
+    ) -> _Pending:
         if self._closing:
             raise RuntimeError(f"the spark sink writing {self.options.target} is closed")
-        loop = asyncio.get_running_loop()
-        entry = _Pending(queue, messages, loop.create_future())
+        now = time.monotonic()
+        entry = _Pending(queue, messages, loop.create_future(), now)
         if self.stats.first_write_at is None:
-            self.stats.first_write_at = time.monotonic()
+            self.stats.first_write_at = now
         if not self._pending:
-            self._first_at = time.monotonic()
-        self._pending.append(entry)
-        self._last_write_at = time.monotonic()
+            self._first_at = now
+        self._pending[entry] = None
+        self._last_write_at = now
         self._rows += len(messages)
         self._bytes += entry.bytes
         self._has_data.set()
         opts = self.options
         if self._rows >= opts.flush_rows or self._bytes >= opts.flush_bytes:
             self._kick.set()
-        try:
-            await asyncio.shield(entry.future)
-        except asyncio.CancelledError:
-            # A consumer shutting down gave up on this batch: do not write it if the
-            # flush has not taken it yet (it will be consumed again).
-            if entry in self._pending:
-                self._pending.remove(entry)
-                self._rows -= len(messages)
-                self._bytes -= entry.bytes
-            raise
+        entry.future.add_done_callback(functools.partial(self._cancelled, entry))
+        return entry
+
+    def _cancelled(self, entry: _Pending, future: asyncio.Future[None]) -> None:
+        if future.cancelled():
+            self._withdraw(entry)
+
+    def _withdraw(self, entry: _Pending) -> None:
+        """Take a cancelled batch out of the buffer if no flush has taken it yet."""
+        if self._pending.pop(entry, False) is None:
+            self._rows -= len(entry.messages)
+            self._bytes -= entry.bytes
 
     async def _flush_loop(self) -> None:
+        # Without exactly-once, flushes overlap by one stage: the next flush's Arrow
+        # columns are built while the previous one is in Spark. Each flush settles
+        # only its own batches, when its own write has committed.
+        writing: asyncio.Task[None] | None = None
+        try:
+            while True:
+                batch = await self._next_batch()
+                if batch is None:
+                    return
+                started = time.monotonic()
+                if self._staging is not None:
+                    await self._settle(
+                        batch, started, asyncio.to_thread(self._flush_blocking, batch)
+                    )
+                    continue
+                try:
+                    arrow = await self._arrow_on_loop(batch)
+                except BaseException as exc:
+                    self._failed(batch, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                if writing is not None:
+                    await writing
+                writing = asyncio.get_running_loop().create_task(
+                    self._settle(batch, started, asyncio.to_thread(self._write_arrow, arrow)),
+                    name=f"rmqk-spark-write {self.options.target}",
+                )
+        finally:
+            if writing is not None:
+                await writing
+
+    async def _next_batch(self) -> list[_Pending] | None:
+        """Wait for the next flush to be due and take its batches; None once closed and empty.
+
+        A flush takes batches up to ``flush_rows`` rows or ``flush_bytes`` bytes (at
+        least one): what arrived beyond that is the next flush, due at once.
+        """
+        opts = self.options
         while True:
             if not self._pending:
                 if self._closing:
-                    return
+                    return None
                 self._has_data.clear()
                 await self._has_data.wait()
                 continue
-            delay = self._first_at + self.options.flush_seconds - time.monotonic()
-            if delay > 0 and not self._kick.is_set():
+            delay = self._first_at + opts.flush_seconds - time.monotonic()
+            if delay > 0 and not self._kick.is_set() and not self._closing:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), delay)
             if self._kick.is_set():
@@ -238,48 +322,68 @@ class OutputWriter:
             else:
                 self._hint_when_starved()
             self._kick.clear()
-            batch, self._pending = self._pending, []
-            self._rows = 0
-            self._bytes = 0
-            if not batch:
-                continue
-            started = time.monotonic()
-            try:
-                written, skipped = await asyncio.to_thread(self._flush_blocking, batch)
-            except BaseException as exc:
-                self.stats.failed_flushes += 1
-                log.error(
-                    "spark sink: writing %d batches to %s failed: %s",
-                    len(batch),
-                    self.options.target,
-                    exc,
-                )
-                for entry in batch:
-                    if not entry.future.done():
-                        entry.future.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
-                    raise
-                continue
-            now = time.monotonic()
-            self.stats.flushes += 1
-            self.stats.rows_written += written
-            self.stats.rows_skipped += skipped
-            self.stats.batches += len(batch)
-            self.stats.last_flush_rows = written
-            self.stats.seconds_writing += now - started
-            self.stats.last_flush_at = now
-            log.debug(
-                "spark sink: flushed %d rows (%d skipped) of %d batches in %.2fs "
-                "(%.2fs building Arrow columns so far)",
-                written,
-                skipped,
-                len(batch),
-                now - started,
-                self.stats.seconds_arrow,
-            )
+            batch: list[_Pending] = []
+            rows = size = 0
+            for entry in self._pending:
+                if batch and (rows >= opts.flush_rows or size >= opts.flush_bytes):
+                    break
+                batch.append(entry)
+                rows += len(entry.messages)
+                size += entry.bytes
             for entry in batch:
-                if not entry.future.done():
-                    entry.future.set_result(None)
+                del self._pending[entry]
+            self._rows -= rows
+            self._bytes -= size
+            if self._pending:
+                self._first_at = next(iter(self._pending)).at
+                if self._rows >= opts.flush_rows or self._bytes >= opts.flush_bytes:
+                    self._kick.set()
+            if batch:
+                return batch
+
+    async def _settle(
+        self, batch: list[_Pending], started: float, flush: Awaitable[tuple[int, int]]
+    ) -> None:
+        """Await one flush and resolve (or fail) the futures of its batches."""
+        try:
+            written, skipped = await flush
+        except BaseException as exc:
+            self._failed(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        now = time.monotonic()
+        self.stats.flushes += 1
+        self.stats.rows_written += written
+        self.stats.rows_skipped += skipped
+        self.stats.batches += len(batch)
+        self.stats.last_flush_rows = written
+        self.stats.seconds_writing += now - started
+        self.stats.last_flush_at = now
+        log.debug(
+            "spark sink: flushed %d rows (%d skipped) of %d batches in %.2fs "
+            "(%.2fs building Arrow columns so far)",
+            written,
+            skipped,
+            len(batch),
+            now - started,
+            self.stats.seconds_arrow,
+        )
+        for entry in batch:
+            if not entry.future.done():
+                entry.future.set_result(None)
+
+    def _failed(self, batch: list[_Pending], exc: BaseException) -> None:
+        self.stats.failed_flushes += 1
+        log.error(
+            "spark sink: writing %d batches to %s failed: %s",
+            len(batch),
+            self.options.target,
+            exc,
+        )
+        for entry in batch:
+            if not entry.future.done():
+                entry.future.set_exception(exc)
 
     def _hint_when_starved(self) -> None:
         """Say once if timer flushes find writers waiting and nothing new coming."""
@@ -295,9 +399,10 @@ class OutputWriter:
         self._hinted = True
         log.warning(
             "spark sink: %d rows waited %.1fs for the flush timer with no write for %.1fs: "
-            "the consumers are probably waiting on this flush. Set flush_rows below the "
-            "rows they keep in flight (consume_thread_max x consume_message_batch_max_size, "
-            "at most 32 per pull), ideally half, to flush as soon as they are all waiting",
+            "the consumers are probably waiting on this flush. Deliver with sink.submit "
+            "(rmqk run does) and let the consumer keep window_rows (2 x flush_rows) in "
+            "flight (pull_threshold_for_topic, consume_concurrently_max_span), or set "
+            "flush_rows to half of what the consumers hold",
             self._rows,
             self.options.flush_seconds,
             idle,
@@ -306,15 +411,53 @@ class OutputWriter:
     # -- flushing (worker thread) -------------------------------------------------------
 
     def _flush_blocking(self, batch: list[_Pending]) -> tuple[int, int]:
+        if self._staging is None:
+            return self._write_arrow(self._arrow(batch))
+        return self._flush_exactly_once(batch)
+
+    def _arrow(self, batch: list[_Pending]) -> pa.RecordBatch:
         from rmqk.plugins.spark.columns import messages_to_arrow
 
-        if self._staging is None:
+        began = time.monotonic()
+        arrow = messages_to_arrow((e.queue, e.messages) for e in batch)
+        self.stats.seconds_arrow += time.monotonic() - began
+        return arrow
+
+    async def _arrow_on_loop(self, batch: list[_Pending]) -> list[pa.RecordBatch]:
+        """The flush's Arrow columns, built on the event loop in slices.
+
+        Not in a worker thread: building them is mostly Python holding the GIL,
+        and a thread doing that starves the event loop (each time the loop gives
+        the GIL up for I/O it waits a whole switch interval to get it back), which
+        halved the consumer's rate. Slices keep each pause of the loop short.
+        """
+        from rmqk.plugins.spark.columns import messages_to_arrow
+
+        parts: list[pa.RecordBatch] = []
+        spent = 0.0
+        start = 0
+        while start < len(batch):
             began = time.monotonic()
-            arrow = messages_to_arrow((e.queue, e.messages) for e in batch)
-            self.stats.seconds_arrow += time.monotonic() - began
-            self._frames.write(arrow)
-            return arrow.num_rows, 0
-        return self._flush_exactly_once(batch)
+            end = start
+            rows = 0
+            while end < len(batch) and rows < _ARROW_SLICE_ROWS:
+                rows += len(batch[end].messages)
+                end += 1
+            parts.append(messages_to_arrow((e.queue, e.messages) for e in batch[start:end]))
+            spent += time.monotonic() - began
+            start = end
+            if start < len(batch):
+                await asyncio.sleep(0)
+        self.stats.seconds_arrow += spent
+        return parts
+
+    def _write_arrow(self, arrow: pa.RecordBatch | list[pa.RecordBatch]) -> tuple[int, int]:
+        if isinstance(arrow, list):
+            import pyarrow as pa
+
+            arrow = pa.Table.from_batches(arrow).combine_chunks().to_batches()[0]
+        self._frames.write(arrow)
+        return arrow.num_rows, 0
 
     def _refresh_index(self) -> None:
         assert self._staging is not None
@@ -518,7 +661,30 @@ class SparkSink:
             self.writer = None
             raise
 
+    @property
+    def window_rows(self) -> int:
+        """Rows a consumer should keep in flight: one flush being written, the next filling.
+
+        Two flushes of ``flush_rows``; with smaller windows flushes wait for the
+        timer. ``flush_bytes`` needs no rows of its own: when bodies are large it
+        is reached first, with fewer rows than this.
+        """
+        options = self.writer.options if self.writer is not None else self.options
+        return 2 * options.flush_rows
+
+    def submit(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> asyncio.Future[None]:
+        """Buffer a batch and return at once the future of the flush that covers it.
+
+        The future resolves when that flush has committed and fails with its
+        error (then retry the batch); cancelling it withdraws the batch if no
+        flush has taken it yet. Needs a running event loop.
+        """
+        if self.writer is None:
+            return asyncio.ensure_future(self.write(queue, messages))
+        return self.writer.submit(queue, messages)
+
     async def write(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
+        """Buffer a batch and wait for the flush that covers it (``await submit``)."""
         if self.writer is None:
             await self.start()
         assert self.writer is not None
