@@ -68,11 +68,9 @@ allocate_message_queue_strategy = "AVG"
 # A broker answers at most 32 messages per pull; each pull is one batch for the sink.
 pull_batch_size = 32
 consume_message_batch_max_size = 32
-# The sink is async and groups batches from every queue into one write, so many
-# batches wait on a flush at once: allow that many, and let queues run ahead.
-consume_thread_max = 1000
-pull_threshold_for_queue = 6000
-consume_concurrently_max_span = 12000
+# No flow-control tuning: the sink acknowledges each batch when the flush that
+# covers it commits, without holding a consume worker, and `rmqk run` widens the
+# consumer's window to twice flush_rows (pull_threshold_for_topic, and the span).
 # On shutdown, let batches whose flush is under way finish and commit their offsets.
 await_termination_millis_when_shutdown = 5000
 sink = "spark"
@@ -86,8 +84,7 @@ body_format = "json"
 body_schema = "order_id STRING, customer_id STRING, event STRING, amount DOUBLE, \
 currency STRING, items INT, ts BIGINT"
 exactly_once = true
-# The consumer holds at most consume_thread_max x 32 = 32000 rows waiting on the
-# sink; flushing at half that keeps one flush writing while the next one fills.
+# One flush writes while the next one fills (the consumer's window is twice this).
 flush_rows = 15000
 flush_seconds = 1.0
 master = "local[2]"
