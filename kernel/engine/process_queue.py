@@ -16,8 +16,9 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from functools import partial
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, is_not
 
 from rmqk.message import MessageExt
 
@@ -38,6 +39,7 @@ REBALANCE_LOCK_INTERVAL_MS = 20_000
 
 _OFFSET = attrgetter("queue_offset")
 _BODY = attrgetter("body")
+_NOT_NONE = partial(is_not, None)
 
 
 def _now_ms() -> int:
@@ -222,10 +224,9 @@ class ProcessQueue:
         offs = list(map(_OFFSET, msgs))
         # C-level loops: a pop per offset from each map.
         deque(map(self.consume_started.pop, offs, repeat(None)), maxlen=0)
-        popped = list(map(self._msgs.pop, offs, repeat(None)))
-        missing = popped.count(None)
-        if missing:
-            popped = [m for m in popped if m is not None]
+        # Misses dropped by identity in C (list.count(None) would call
+        # MessageExt.__eq__ once per message).
+        popped = list(filter(_NOT_NONE, map(self._msgs.pop, offs, repeat(None))))
         removed = len(popped)
         size = sum(map(len, map(_BODY, popped)))
         self.msg_count -= removed
