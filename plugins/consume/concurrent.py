@@ -126,6 +126,9 @@ class ConcurrentConsumeService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._workers = []
+        # Acknowledgements still waiting for their loop turn count before the
+        # consumer drops its queues and persists the offsets.
+        self._flush_acks()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
