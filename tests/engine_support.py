@@ -18,6 +18,12 @@ from rmqk.transport import Transport, TransportConfig
 FAST_DELAY_LEVELS = "100ms 200ms " + " ".join(["300ms"] * 16)
 
 
+def push_consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:
+    """A push consumer of ``broker`` that starts from the first offset unless told otherwise."""
+    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    return AsyncPushConsumer(group, namesrv_addr=broker.namesrv_addr, **options)
+
+
 async def admin_transport(namesrv_addr: str) -> Transport:
     transport: Transport = registries().transports.create(
         "tcp",

@@ -8,30 +8,31 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_support import FAST_DELAY_LEVELS, committed_offsets, create_topic, produce, wait_for
+from engine_support import (
+    FAST_DELAY_LEVELS,
+    committed_offsets,
+    create_topic,
+    produce,
+    push_consumer,
+    wait_for,
+)
 
-from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.message import MessageExt
-from rmqk.plugins.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> Any:
-    async with EmbeddedBroker(
-        tmp_path / "broker", namesrv_port=0, broker_port=0, delay_levels=FAST_DELAY_LEVELS
-    ) as b:
-        yield b
+async def broker(broker_factory: Callable[..., Awaitable[Any]]) -> Any:
+    return await broker_factory(delay_levels=FAST_DELAY_LEVELS)
 
 
-def consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:
-    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
-    return AsyncPushConsumer(group, namesrv_addr=broker.namesrv_addr, **options)
+consumer = push_consumer
 
 
 async def test_pending_futures_do_not_hold_workers_and_ack_on_resolution(broker: Any) -> None:
