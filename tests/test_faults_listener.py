@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engine_support import create_topic
@@ -14,6 +15,7 @@ from test_faults_support import id_of, listener_failure_scenario, produce_ids, w
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
+from rmqk.plugins.consume.concurrent import QUICK_CALL_MS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,9 +29,15 @@ async def test_failures_retry_and_dead_letter_exactly(tmp_path: Path) -> None:
     assert result.reconsume_times_ok
 
 
-@pytest.mark.parametrize("kind", ["async", "sync"])
-async def test_hung_listener_call_stalls_only_its_batch(tmp_path: Path, kind: str) -> None:
-    """A listener call that hangs holds up its own batch only, as in Java's thread pool."""
+@pytest.mark.parametrize(("kind", "hang_at"), [("async", 10), ("sync", 10), ("sync", 150)], ids=str)
+async def test_hung_listener_call_stalls_only_its_batch(
+    tmp_path: Path, kind: str, hang_at: int
+) -> None:
+    """A listener call that hangs holds up its own batch only, as in Java's thread pool.
+
+    At 150 the sync calls before it have been quick, so groups run one at a time
+    (the quick gate): the hung group must open the gate for the others.
+    """
     async with EmbeddedBroker(tmp_path / "broker", namesrv_port=0, broker_port=0) as broker:
         await create_topic(broker, "Hang", 1)
         await produce_ids(broker.namesrv_addr, "Hang", range(200))
@@ -48,20 +56,26 @@ async def test_hung_listener_call_stalls_only_its_batch(tmp_path: Path, kind: st
             ids = [id_of(m.body) for m in msgs]
             with lock:
                 seen.update(ids)
-            return 10 in ids
+            return hang_at in ids
 
         async def handle_async(msgs: list[MessageExt]) -> None:
             if note(msgs):
                 await release.wait()
 
+        quick_at_hang: list[bool] = []
+
         def handle_sync(msgs: list[MessageExt]) -> None:
             if note(msgs):
+                service: Any = c.consume_service
+                quick_at_hang.append(service._call_ms < QUICK_CALL_MS)
                 release_thread.wait(30)
 
         c.register_listener(handle_async if kind == "async" else handle_sync)
         await c.start()
         try:
-            await wait_until(lambda: len(seen) == 200, 10, "the rest while 10 hangs")
+            await wait_until(lambda: len(seen) == 200, 10, f"the rest while {hang_at} hangs")
+            if kind == "sync":
+                assert quick_at_hang == [hang_at > 100]  # the case this run is about
         finally:
             release.set()
             release_thread.set()

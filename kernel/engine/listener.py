@@ -153,6 +153,7 @@ class ListenerInvoker:
         calls: Sequence[tuple[list[MessageExt], Any]],
         patience_s: float = 0.25,
         on_give_up: Callable[[int], None] | None = None,
+        watch_single: bool = False,
     ) -> list[ListenerOutcome]:
         """Several listener calls in one go, without hooks: one thread hop for a sync listener.
 
@@ -163,6 +164,7 @@ class ListenerInvoker:
         so a hung call holds up only its own batch, as in Java's thread pool.
         ``on_give_up(n)`` is called at that moment, while the slow call still runs,
         with the number of calls that started: calls ``n`` and later never will.
+        A group of one call is watched too when ``watch_single`` is set.
         """
         if self.is_async:
             return [await self._call_async(msgs, ctx) for msgs, ctx in calls]
@@ -171,12 +173,12 @@ class ListenerInvoker:
         run = contextvars.copy_context().run
         state = _GroupState()
         fut = loop.run_in_executor(self._executor, run, self._call_all_sync, calls, state)
-        if len(calls) > 1:
+        if len(calls) > 1 or watch_single:
             done, _ = await asyncio.wait({fut}, timeout=patience_s)
             if not done:
                 with state.lock:
                     state.stop_at = state.started
-                if on_give_up is not None and state.stop_at < len(calls):
+                if on_give_up is not None:
                     on_give_up(state.stop_at)
         return await fut
 

@@ -36,6 +36,8 @@ LOCAL_RETRY_DELAY_S = 5.0
 MAX_GROUP = 64
 # The listener time one worker may take in one thread hop when calls are quick.
 GROUP_BUDGET_MS = 5.0
+# Sync calls quicker than this (moving average) run one group at a time.
+QUICK_CALL_MS = 0.5
 # cleanExpiredMsg looks at no more than this many messages at a queue's head.
 EXPIRED_SCAN_LIMIT = 16
 
@@ -100,6 +102,7 @@ class ConcurrentConsumeService:
         # Moving average of a sync listener call; starts high so that the first
         # groups are fair shares until calls are seen to be quick.
         self._call_ms = GROUP_BUDGET_MS
+        self._quick_gate = asyncio.Lock()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -284,8 +287,22 @@ class ConcurrentConsumeService:
 
     async def _worker(self) -> None:
         queue = self._queue
+        gate = self._quick_gate
         while True:
-            first = await queue.get()
+            # Quick calls: one group in flight at a time, so the chunks that arrive
+            # meanwhile make the next group instead of a thread hop each (hops, and
+            # threads contending for the GIL, cost more than such calls).
+            held: list[bool] | None = None
+            if self._call_ms < QUICK_CALL_MS:
+                await gate.acquire()
+                held = [True]
+                try:
+                    first = await queue.get()
+                except BaseException:
+                    self._release_gate(held)
+                    raise
+            else:
+                first = await queue.get()
             group = [first]
             # One thread hop for the whole group. A fair share of the backlog keeps
             # slow listener calls spread over the threads; calls known to be quick
@@ -300,15 +317,21 @@ class ConcurrentConsumeService:
                 group.append(queue.get_nowait())
             self._busy += 1
             try:
-                await self._consume_group(group)
+                await self._consume_group(group, held)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("consume of %d batches failed unexpectedly", len(group))
             finally:
                 self._busy -= 1
+                self._release_gate(held)
 
-    async def _consume_group(self, group: list[_Request]) -> None:
+    def _release_gate(self, held: list[bool] | None) -> None:
+        if held is not None and held[0]:
+            held[0] = False
+            self._quick_gate.release()
+
+    async def _consume_group(self, group: list[_Request], held: list[bool] | None = None) -> None:
         consumer = self.consumer
         live = [r for r in group if not r.pq.dropped]
         if not live:
@@ -331,14 +354,19 @@ class ConcurrentConsumeService:
 
         def give_up(started: int) -> None:
             # A slow call holds the group up: the chunks it has not reached go back to
-            # the queue for other workers now, so a hung call stalls only its batch.
+            # the queue for other workers now, so a hung call stalls only its batch;
+            # calls are no longer taken to be quick, and the gate opens.
             nonlocal requeued
             requeued = True
+            self._call_ms = max(self._call_ms, GROUP_BUDGET_MS)
+            self._release_gate(held)
             for r in live[started:]:
                 self._queue.put_nowait(r)
 
         outcomes = await consumer.invoker.invoke_group(
-            [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)], on_give_up=give_up
+            [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)],
+            on_give_up=give_up,
+            watch_single=held is not None,
         )
         if len(outcomes) < len(live):
             if not requeued:
