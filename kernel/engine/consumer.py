@@ -16,7 +16,7 @@ from rmqk.engine.consume import ConsumeService
 from rmqk.engine.listener import ListenerInvoker
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.rebalance import Rebalance
-from rmqk.engine.startup import client_for, load_offset_store, resolve_namesrv
+from rmqk.engine.startup import client_for, load_offset_store, resolve_namesrv, start_once
 from rmqk.engine.stats import ConsumerStats
 from rmqk.errors import BrokerError, ClientError, ConfigError, RmqkError
 from rmqk.message import Message, MessageExt, MessageProperty
@@ -136,17 +136,7 @@ class AsyncPushConsumer:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.state is not ServiceState.CREATE_JUST:
-            raise ClientError(
-                f"The PushConsumer service state not OK, maybe started once, {self.state.value}"
-            )
-        self.state = ServiceState.START_FAILED
-        try:
-            await self._start()
-        except BaseException:
-            if self.state is ServiceState.START_FAILED:
-                await self._cleanup_failed_start()
-            raise
+        await start_once(self, "PushConsumer", self._start, self._cleanup_failed_start)
 
     async def _start(self) -> None:
         opts = self.options

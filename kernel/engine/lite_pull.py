@@ -42,7 +42,7 @@ from rmqk.engine.client import ClientInstance
 from rmqk.engine.consumer import filter_pulled, stamp_queue_offsets
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.rebalance import Rebalance
-from rmqk.engine.startup import client_for, load_offset_store, resolve_namesrv
+from rmqk.engine.startup import client_for, load_offset_store, resolve_namesrv, start_once
 from rmqk.errors import BrokerError, ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import (
@@ -417,17 +417,7 @@ class AsyncLitePullConsumer:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.state is not ServiceState.CREATE_JUST:
-            raise ClientError(
-                f"The PullConsumer service state not OK, maybe started once, {self.state.value}"
-            )
-        self.state = ServiceState.START_FAILED
-        try:
-            await self._start()
-        except BaseException:
-            if self.state is ServiceState.START_FAILED:
-                await self._cleanup_failed_start()
-            raise
+        await start_once(self, "PullConsumer", self._start, self._cleanup_failed_start)
 
     async def _start(self) -> None:
         opts = self.options

@@ -9,16 +9,46 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from rmqk.contracts import OffsetStore, OffsetStoreContext
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.rebalance import rebalance_wait_interval_ms
 from rmqk.errors import ClientError
-from rmqk.model import MessageModel
+from rmqk.model import MessageModel, ServiceState
 from rmqk.options import ConsumerOptions
 from rmqk.pluginmanager import registries
 
-__all__ = ["client_for", "load_offset_store", "resolve_namesrv"]
+__all__ = ["client_for", "load_offset_store", "resolve_namesrv", "start_once"]
+
+
+class _Startable(Protocol):
+    state: ServiceState
+
+
+async def start_once(
+    service: _Startable,
+    kind: str,
+    start: Callable[[], Awaitable[None]],
+    cleanup: Callable[[], Awaitable[None]],
+) -> None:
+    """Java's start state machine: CREATE_JUST -> START_FAILED -> (``start`` sets) RUNNING.
+
+    A second start raises; a start that fails undoes what it did (``cleanup``)
+    unless ``start`` itself moved the state on.
+    """
+    if service.state is not ServiceState.CREATE_JUST:
+        raise ClientError(
+            f"The {kind} service state not OK, maybe started once, {service.state.value}"
+        )
+    service.state = ServiceState.START_FAILED
+    try:
+        await start()
+    except BaseException:
+        if service.state is ServiceState.START_FAILED:
+            await cleanup()
+        raise
 
 
 def resolve_namesrv(options: ConsumerOptions) -> tuple[str, ...]:
