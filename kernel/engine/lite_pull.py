@@ -1000,14 +1000,10 @@ class AsyncLitePullConsumer:
         )
 
     def update_topic_subscribe_info(self, topic: str, mqs: frozenset[MessageQueue]) -> None:
-        if topic in self.rebalance.subscription_inner:
-            self.rebalance.topic_subscribe_info[topic] = mqs
+        self.rebalance.update_topic_subscribe_info(topic, mqs)
 
     def is_subscribe_topic_need_update(self, topic: str) -> bool:
-        return (
-            topic in self.rebalance.subscription_inner
-            and topic not in self.rebalance.topic_subscribe_info
-        )
+        return self.rebalance.is_subscribe_topic_need_update(topic)
 
     async def do_rebalance(self) -> None:
         if (

@@ -101,6 +101,15 @@ class Rebalance:
                     log.warning("rebalance of %s topic %s failed", self.group, topic, exc_info=True)
         self._truncate_queues_not_my_topic()
 
+    def update_topic_subscribe_info(self, topic: str, mqs: frozenset[MessageQueue]) -> None:
+        """A route update's queues of ``topic``, kept only for a subscribed topic."""
+        if topic in self.subscription_inner:
+            self.topic_subscribe_info[topic] = mqs
+
+    def is_subscribe_topic_need_update(self, topic: str) -> bool:
+        """Subscribed, but no route has given its queues yet."""
+        return topic in self.subscription_inner and topic not in self.topic_subscribe_info
+
     def _truncate_queues_not_my_topic(self) -> None:
         for mq in list(self.process_queue_table):
             if mq.topic not in self.subscription_inner:
