@@ -80,3 +80,13 @@ def broker_thread_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread
 @pytest.fixture
 def broker_thread(broker_thread_factory: Callable[..., BrokerThread]) -> BrokerThread:
     return broker_thread_factory()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # A started sync PushConsumer holds the process open at exit, as a Java consumer
+    # holds its JVM; one a test forgot to shut down must not hang the test run.
+    import sys
+
+    sync = sys.modules.get("rmqk.engine.sync")
+    if sync is not None:
+        sync._shutdown_live()

@@ -11,6 +11,8 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import logging
+import signal
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -22,6 +24,8 @@ from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue, SendResult
 
 __all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run_in_loop"]
+
+log = logging.getLogger("rmqk.engine.sync")
 
 T = TypeVar("T")
 
@@ -92,11 +96,22 @@ class PushConsumer:
         return self._inner.register_rebalance_listener(listener)
 
     def start(self) -> None:
+        """Start consuming; the process then keeps running until :meth:`shutdown`.
+
+        As in Java, where a started consumer's threads keep the JVM alive, a
+        script whose main thread ends while a push consumer runs does not exit:
+        it waits, and Ctrl-C (or SIGTERM) shuts the running consumers down
+        cleanly, committing what was consumed.
+        """
         run_in_loop(self._inner.start())
+        _keep_alive.add(self)
 
     def shutdown(self) -> None:
-        run_in_loop(self._inner.shutdown())
-        _live.discard(self)
+        try:
+            run_in_loop(self._inner.shutdown())
+        finally:
+            _live.discard(self)
+            _keep_alive.discard(self)
 
     def pause(self) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.pause)
@@ -270,6 +285,80 @@ class Producer:
 
 
 _live: set[Any] = set()
+
+
+class _KeepAlive:
+    """Holds the process open while push consumers run, as their threads hold a JVM.
+
+    The loop thread is a daemon, so by itself it would let the interpreter exit
+    (and close every connection) as soon as the main thread's script ends. Instead
+    the main thread, when it reaches its end, waits here for the running push
+    consumers; a signal then stops them cleanly.
+    """
+
+    def __init__(self) -> None:
+        self._running: set[PushConsumer] = set()
+        self._changed = threading.Condition()
+        self._hooked = False
+
+    def add(self, consumer: PushConsumer) -> None:
+        with self._changed:
+            self._running.add(consumer)
+            if not self._hooked:
+                self._hooked = _at_main_thread_end(self.wait)
+            self._changed.notify_all()
+
+    def discard(self, consumer: PushConsumer) -> None:
+        with self._changed:
+            self._running.discard(consumer)
+            self._changed.notify_all()
+
+    def running(self) -> list[PushConsumer]:
+        with self._changed:
+            return list(self._running)
+
+    def wait(self) -> None:
+        """Block the ending main thread until no push consumer runs, or a signal."""
+        if not self.running():
+            return
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: object) -> None:
+            stop.set()
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, OSError):
+                previous[sig] = signal.signal(sig, on_signal)
+        try:
+            log.info("the main thread ended while consumers run; waiting (Ctrl-C stops them)")
+            while self.running() and not stop.is_set():
+                # A short timeout keeps the main thread where signal handlers run.
+                with self._changed:
+                    self._changed.wait(0.2)
+        finally:
+            for consumer in self.running():
+                with contextlib.suppress(Exception):
+                    consumer.shutdown()
+            for sig, handler in previous.items():
+                with contextlib.suppress(ValueError, OSError):
+                    signal.signal(sig, handler)
+
+
+def _at_main_thread_end(fn: Callable[[], None]) -> bool:
+    """Run ``fn`` in the main thread when its script ends, before threads are joined."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # pragma: no cover - every CPython rmqk supports has it
+        atexit.register(fn)
+        return True
+    try:
+        register(fn)
+    except RuntimeError:  # the interpreter is already shutting down
+        return False
+    return True
+
+
+_keep_alive = _KeepAlive()
 
 
 @atexit.register
