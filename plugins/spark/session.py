@@ -7,16 +7,24 @@ session afterwards. Before starting it sets, unless the user already did:
 * ``PYSPARK_PYTHON`` to this interpreter, so Python workers find pyarrow and
   rmqk (they default to ``python3`` on PATH, usually another environment);
 * ``SPARK_LOCAL_IP`` to ``127.0.0.1``;
-* ``spark.ui.enabled=false`` and ``spark.ui.showConsoleProgress=false``.
+* ``spark.ui.enabled=false`` and ``spark.ui.showConsoleProgress=false``;
+* for a ``local`` master, ``spark.local.dir`` and the driver's ``java.io.tmpdir`` to
+  a private folder of the system temp directory, removed when the process exits:
+  Spark's JVM ends without running its clean-up, and would leave its ``spark-*``
+  and ``blockmgr-*`` folders behind on every run. (A user who sets
+  ``spark.local.dir`` or ``SPARK_LOCAL_DIRS`` keeps their own.)
 
 The ``rocketmq`` data source is registered on the session it returns.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +45,7 @@ DEFAULT_CONF: Mapping[str, str] = {
 _lock = threading.Lock()
 _session: Any = None
 _settings: dict[str, str] = {}
+_scratch: list[str] = []
 
 
 def require_spark() -> None:
@@ -92,6 +101,7 @@ def get_session(
             return session
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        _private_scratch(wanted)
         builder = SparkSession.builder
         for key, value in wanted.items():
             builder = builder.config(key, value)
@@ -116,6 +126,30 @@ def stop_session() -> None:
         _settings.clear()
     if session is not None:
         session.stop()
+
+
+def _private_scratch(wanted: dict[str, str]) -> None:
+    """Point a local session's scratch space at a folder rmqk removes (see the module doc)."""
+    if not wanted["spark.master"].startswith("local") or "spark.local.dir" in wanted:
+        return
+    if "SPARK_LOCAL_DIRS" in os.environ:
+        return
+    # One folder per process: the JVM outlives a stopped session, and its
+    # java.io.tmpdir is fixed when it starts.
+    if not _scratch:
+        _scratch.append(tempfile.mkdtemp(prefix="rmqk-spark-"))
+    folder = _scratch[0]
+    wanted["spark.local.dir"] = folder
+    java_options = wanted.get("spark.driver.extraJavaOptions", "")
+    if "java.io.tmpdir" not in java_options:
+        tmpdir = f"-Djava.io.tmpdir={folder}"
+        wanted["spark.driver.extraJavaOptions"] = f"{java_options} {tmpdir}".strip()
+
+
+@atexit.register
+def _remove_scratch() -> None:
+    while _scratch:
+        shutil.rmtree(_scratch.pop(), ignore_errors=True)
 
 
 def _is_alive(session: Any) -> bool:
