@@ -25,29 +25,70 @@ def _generated(args: argparse.Namespace) -> Iterator[Message]:
         yield Message(args.topic, body, tags=tags[i % len(tags)] if tags else None, keys=f"k{i}")
 
 
-def _from_stdin(args: argparse.Namespace) -> Iterator[Message]:
+class _Line:
+    """One input line: its number, and the message it holds or why it holds none."""
+
+    __slots__ = ("error", "lineno", "message")
+
+    def __init__(self, lineno: int, message: Message | None, error: str = "") -> None:
+        self.lineno = lineno
+        self.message = message
+        self.error = error
+
+
+def _from_stdin(args: argparse.Namespace) -> Iterator[_Line]:
     for lineno, line in enumerate(sys.stdin, 1):
         line = line.strip()
         if not line:
             continue
         try:
-            obj = json.loads(line)
+            yield _Line(lineno, _parse_line(line, args.topic))
         except ValueError as exc:
-            raise ClientError(f"stdin line {lineno}: not JSON: {exc}") from None
-        if not isinstance(obj, dict) or "body" not in obj:
-            raise ClientError(f'stdin line {lineno}: expected an object with a "body"')
-        body = obj["body"]
-        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        props = obj.get("properties") or {}
-        if not isinstance(props, dict):
-            raise ClientError(f'stdin line {lineno}: "properties" must be an object')
-        yield Message(
-            obj.get("topic", args.topic),
-            data,
-            tags=obj.get("tags"),
-            keys=obj.get("keys"),
-            properties={str(k): str(v) for k, v in props.items()},
-        )
+            yield _Line(lineno, None, str(exc))
+
+
+def _parse_line(line: str, topic: str) -> Message:
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict) or "body" not in obj:
+        raise ValueError('expected an object with a "body"')
+    body = obj["body"]
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    props = obj.get("properties") or {}
+    if not isinstance(props, dict):
+        raise ValueError('"properties" must be an object')
+    return Message(
+        obj.get("topic", topic),
+        data,
+        tags=obj.get("tags"),
+        keys=obj.get("keys"),
+        properties={str(k): str(v) for k, v in props.items()},
+    )
+
+
+def _generated_lines(args: argparse.Namespace) -> Iterator[_Line]:
+    for i, msg in enumerate(_generated(args), 1):
+        yield _Line(i, msg)
+
+
+def _stopped(where: str, why: str, sent: int, last_sent_line: int, stdin: bool) -> ClientError:
+    """The error for input that stops a send part-way, saying exactly what went out.
+
+    Lines are sent in order, so everything before the failing line was sent and
+    nothing from it on: a retry resumes from that line without duplicates.
+    """
+    if not stdin:
+        return ClientError(f"{where}: {why}; {sent} message(s) were sent before it")
+    if sent == 0:
+        done = "nothing was sent"
+    else:
+        done = f"lines 1-{last_sent_line} were sent ({sent} message(s)), nothing after them"
+    return ClientError(
+        f"{where}: {why}; {done}. Fix the input and resume from the first line not sent "
+        f"(e.g. tail -n +{last_sent_line + 1})"
+    )
 
 
 class _Progress:
@@ -72,26 +113,44 @@ class _Progress:
 
 
 async def produce(args: argparse.Namespace) -> int:
-    source = _from_stdin(args) if args.stdin else _generated(args)
+    lines = _from_stdin(args) if args.stdin else _generated_lines(args)
     progress = _Progress(None if args.stdin else args.count)
     started = time.monotonic()
     sent = 0
+    last_sent_line = 0
     async with AsyncProducer(args.group, namesrv_addr=args.namesrv) as producer:
-        batch: list[Message] = []
-        for msg in source:
-            if args.batch > 1:
-                batch.append(msg)
-                if len(batch) >= args.batch:
-                    await producer.send_batch(batch)
-                    sent += len(batch)
-                    batch = []
-            else:
-                await producer.send(msg)
-                sent += 1
+        batch: list[tuple[int, Message]] = []
+
+        async def flush() -> None:
+            nonlocal sent, last_sent_line, batch
+            if not batch:
+                return
+            pending, batch = batch, []
+            try:
+                if len(pending) == 1:
+                    await producer.send(pending[0][1])
+                else:
+                    await producer.send_batch([msg for _, msg in pending])
+            except Exception as exc:
+                first = pending[0][0]
+                where = f"stdin line {first}" if args.stdin else f"message {first}"
+                why = f"send failed: {exc}"
+                raise _stopped(where, why, sent, last_sent_line, args.stdin) from exc
+            sent += len(pending)
+            last_sent_line = pending[-1][0]
             progress.show(sent)
-        if batch:
-            await producer.send_batch(batch)
-            sent += len(batch)
+
+        for line in lines:
+            if line.message is None:
+                # Send what came before the bad line, so the report below is exact.
+                await flush()
+                raise _stopped(
+                    f"stdin line {line.lineno}", line.error, sent, last_sent_line, args.stdin
+                )
+            batch.append((line.lineno, line.message))
+            if len(batch) >= max(args.batch, 1):
+                await flush()
+        await flush()
     progress.show(sent, force=True)
     elapsed = time.monotonic() - started
     if progress.tty:
