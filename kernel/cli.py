@@ -484,10 +484,22 @@ def _error_line(exc: BaseException) -> str:
     return f"rmqk: error: {type(exc).__name__}: {text} (--debug shows the traceback)"
 
 
+def _import_from_working_directory() -> None:
+    """Let configs name modules of the current directory, as ``python -m`` does.
+
+    A console script's ``sys.path[0]`` is its own ``bin`` folder, so without this
+    ``function = "orders.handlers:handle_batch"`` would import only with PYTHONPATH set.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     global _log_handler
     args_list = list(argv) if argv is not None else sys.argv[1:]
     debug = "--debug" in args_list
+    _import_from_working_directory()
     if args_list[:1] == ["bench"]:
         # The scenarios own their options (and their --help): hand them everything.
         try:
