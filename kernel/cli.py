@@ -402,7 +402,7 @@ def _all_commands() -> dict[str, Command]:
             raise RmqkError(
                 f"command {entry.name!r} of plugin {entry.plugin!r} clashes with a built-in command"
             )
-        commands[entry.name] = cast(Command, entry.factory)
+        commands[entry.name] = entry.factory
     return commands
 
 

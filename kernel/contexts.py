@@ -1,19 +1,43 @@
 """Objects handed to event hooks.
 
-They are mutable on purpose: Java's FilterMessageHook edits the message list in
-place and ConsumeMessageHook reads the status that the listener call filled in.
+The contexts are mutable on purpose: Java's FilterMessageHook edits the message
+list in place and ConsumeMessageHook reads the status that the listener call
+filled in. The consumer ``rmqk_queues_changed`` receives is seen through the
+read-only :class:`ConsumerView`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from rmqk.message import MessageExt
-from rmqk.model import MessageQueue, SubscriptionData
+from rmqk.model import MessageModel, MessageQueue, ServiceState, SubscriptionData
 
-__all__ = ["ConsumeMessageContext", "FilterMessageContext"]
+__all__ = ["ConsumeMessageContext", "ConsumerView", "FilterMessageContext"]
+
+
+@runtime_checkable
+class ConsumerView(Protocol):
+    """What a plugin may read of a push or lite pull consumer (``rmqk_queues_changed``).
+
+    Read-only: a plugin that changed these would desynchronise the consumer from
+    what it reported to the brokers. Keep the consumer itself only to identify it
+    (the ``prometheus`` plugin tracks consumers by identity and group).
+    """
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def message_model(self) -> MessageModel: ...
+
+    @property
+    def state(self) -> ServiceState: ...
 
 
 @attrs.define

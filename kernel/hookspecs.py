@@ -7,10 +7,19 @@ Two kinds of hook:
   callable; calling it adds one named implementation. They must be plain
   functions (not ``async def``). Registering a name twice is an error that names
   both plugins.
-* Event hooks are called by the engine while consumers run. Implementations may
-  be ``async def``: the kernel awaits any result that is awaitable. An exception
-  raised by a filter or consume hook is logged and swallowed, as Java does; one
-  raised by an RPC hook propagates and fails that request.
+* Event hooks are called by the engine while consumers run. The filter,
+  consume and rebalance hooks (:data:`AWAITED_HOOKS`) may be ``async def``: the
+  kernel awaits each implementation before the next starts, and an exception
+  raised by one is logged and swallowed, as Java does. The RPC hooks are sync;
+  an exception raised by one propagates and fails that request.
+
+Every hook is called through ``pm.hook``, so pluggy's ordering (``tryfirst``,
+``trylast``), hook-call monitoring and tracing apply. Hook wrappers
+(``wrapper=True``, or the old ``hookwrapper=True``) work on every hook except
+the awaited ones, whose implementations run after the hook call returned;
+registering a wrapper for one of those is a PluginError naming the plugin and
+hook. An implementation of a hook not defined here is a PluginError when the
+plugins are loaded.
 
 The hook reference in docs/hooks.md is checked against this module by
 tests/test_hook_docs.py.
@@ -23,7 +32,7 @@ from typing import Any
 
 import pluggy
 
-from rmqk.contexts import ConsumeMessageContext, FilterMessageContext
+from rmqk.contexts import ConsumeMessageContext, ConsumerView, FilterMessageContext
 from rmqk.model import MessageQueue
 from rmqk.protocol import RemotingCommand
 
@@ -34,6 +43,16 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 # register(name, factory); for commands the second argument is an rmqk.cli.Command.
 Register = Callable[[str, Any], None]
+
+# Event hooks whose implementations the kernel awaits one at a time (rmqk.hookcalls).
+AWAITED_HOOKS = frozenset(
+    {
+        "rmqk_filter_message",
+        "rmqk_consume_message_before",
+        "rmqk_consume_message_after",
+        "rmqk_queues_changed",
+    }
+)
 
 # -- registration hooks ---------------------------------------------------------
 
@@ -174,14 +193,16 @@ def rmqk_after_response(
 
 @hookspec
 def rmqk_queues_changed(
-    consumer: Any,
+    consumer: ConsumerView,
     topic: str,
     all_queues: Collection[MessageQueue],
     assigned: Sequence[MessageQueue],
 ) -> None:
     """Called after a rebalance changed the queues a consumer holds for a topic.
 
-    ``consumer`` is the consumer object; ``all_queues`` every readable queue of
+    ``consumer`` is the push or lite pull consumer, seen through the read-only
+    :class:`rmqk.contexts.ConsumerView` (group, client id, message model, state);
+    ``all_queues`` every readable queue of
     the topic; ``assigned`` what this consumer now holds (Java's
     MessageQueueListener.messageQueueChanged). The return value is ignored. May
     be ``async def``. Exceptions are logged and swallowed.

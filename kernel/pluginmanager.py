@@ -8,28 +8,53 @@ registered the same way, in its pyproject.toml. Environment variables:
 * ``RMQK_LOAD_PLUGINS=a,b``: load only these entry points (by entry-point name
   or distribution name).
 * ``RMQK_DISABLED_PLUGINS=a,b``: never load these (by entry-point name).
+* ``RMQK_TRACE_PLUGINS=1``: print every hook call, with its plugins and
+  arguments, to stderr (like datasette's ``DATASETTE_TRACE_PLUGINS``).
+
+Hooks are called through ``pm.hook``; :mod:`rmqk.hookcalls` says how awaited
+event hooks and registration hooks are adapted to that.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import inspect
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar
 
 import attrs
 import pluggy
 
 from rmqk import hookspecs
 from rmqk.errors import PluginError
+from rmqk.hookcalls import (
+    PendingCall,
+    Registration,
+    adapt_impl,
+    refuse_unsupported_impls,
+    trace_to_stderr,
+)
+
+if TYPE_CHECKING:
+    from rmqk.cli import Command
+    from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, Sink
+    from rmqk.engine.consume import ConsumeService
+    from rmqk.transport import Transport, TransportConfig
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "AllocationStrategyFactory",
+    "ConsumeServiceFactory",
+    "OffsetStoreFactory",
+    "PluginManager",
     "Registries",
     "Registry",
+    "SinkFactory",
+    "TransportFactory",
     "await_me_maybe",
     "call_event_hook",
     "get_plugin_manager",
@@ -42,9 +67,19 @@ log = logging.getLogger("rmqk.pluginmanager")
 ENTRY_POINT_GROUP = "rmqk"
 
 T = TypeVar("T")
+V = TypeVar("V")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# What each registration hook's ``register(name, value)`` takes, per kind.
+AllocationStrategyFactory: TypeAlias = "Callable[..., AllocationStrategy]"  # (**options)
+OffsetStoreFactory: TypeAlias = "Callable[[OffsetStoreContext], OffsetStore]"
+TransportFactory: TypeAlias = "Callable[[TransportConfig, pluggy.HookRelay | None], Transport]"
+ConsumeServiceFactory: TypeAlias = "Callable[..., ConsumeService]"
+SinkFactory: TypeAlias = "Callable[[Mapping[str, Any]], Sink]"  # (sink_options)
 
 _lock = threading.RLock()
-_pm: pluggy.PluginManager | None = None
+_pm: PluginManager | None = None
 _registries: Registries | None = None
 
 
@@ -73,7 +108,54 @@ def _truthy(var: str) -> bool:
     return os.environ.get(var, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _load_entry_points(pm: pluggy.PluginManager) -> None:
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager with rmqk's hook specs and calling conventions.
+
+    ``register`` refuses implementations rmqk cannot call (hook wrappers on awaited
+    event hooks, ``async def`` registration hooks) with an error naming the plugin
+    and hook, and adapts the others as :mod:`rmqk.hookcalls` describes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        refuse_unsupported_impls(self, plugin, name or self.get_canonical_name(plugin))
+        plugin_name = super().register(plugin, name)
+        if plugin_name is None:
+            return None  # blocked
+        for caller in self.get_hookcallers(plugin) or []:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin:
+                    adapt_impl(caller.name, impl)
+        return plugin_name
+
+    def check_pending(self) -> None:
+        """pluggy's check, with an error that names the plugin, the hook and a likely fix."""
+        try:
+            super().check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(self._unknown_hooks_message(exc.plugin)) from exc
+
+    def _unknown_hooks_message(self, plugin: object) -> str:
+        plugin_name = self.get_name(plugin) or repr(plugin)
+        known = [n for n in dir(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_")]
+        problems = []
+        for name, caller in sorted(vars(self.hook).items()):
+            if not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
+                continue
+            if any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls()):
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems.append(f"{name!r}{hint}")
+        return (
+            f"plugin {plugin_name!r} implements unknown hook {', '.join(problems)}; "
+            f"rmqk's hooks are: {', '.join(known)}"
+        )
+
+
+def _load_entry_points(pm: PluginManager) -> None:
     autoload = not _truthy("RMQK_DISABLE_PLUGIN_AUTOLOAD")
     only = set(_env_names("RMQK_LOAD_PLUGINS"))
     for name in _env_names("RMQK_DISABLED_PLUGINS"):
@@ -99,15 +181,18 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
                 ) from exc
             pm.register(plugin, name=ep.name)
             _distributions[ep.name] = PluginDistribution(ep.name, dist_name, dist.version, ep.value)
+    # A misspelt hook name (rmqk_register_sink) is an error, not an implementation never called.
+    pm.check_pending()
 
 
-def get_plugin_manager() -> pluggy.PluginManager:
+def get_plugin_manager() -> PluginManager:
     """The process-wide plugin manager, built on first use."""
     global _pm
     with _lock:
         if _pm is None:
-            pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-            pm.add_hookspecs(hookspecs)
+            pm = PluginManager()
+            if _truthy("RMQK_TRACE_PLUGINS"):
+                trace_to_stderr(pm)
             _load_entry_points(pm)
             _pm = pm
         return _pm
@@ -123,14 +208,16 @@ def reset_plugin_manager() -> None:
 
 
 @attrs.frozen
-class Entry(Generic[T]):
+class Entry(Generic[V]):
+    """One registered name; ``factory`` is the registered value (a Command for commands)."""
+
     name: str
-    factory: Callable[..., T]
+    factory: V
     plugin: str
 
 
-class Registry(Generic[T]):
-    """Named implementations of one kind, filled by one registration hook."""
+class Registry(Generic[V]):
+    """Named values of one kind, filled by one registration hook."""
 
     def __init__(
         self,
@@ -143,20 +230,13 @@ class Registry(Generic[T]):
         self.hook_name = hook_name
         self._check = check
         self._expected = expected
-        self._entries: dict[str, Entry[T]] = {}
+        self._entries: dict[str, Entry[V]] = {}
 
     def _fill(self, pm: pluggy.PluginManager) -> None:
-        caller = getattr(pm.hook, self.hook_name)
-        # Call each implementation separately so a duplicate can name both plugins.
-        for impl in reversed(caller.get_hookimpls()):
-            plugin_name = impl.plugin_name
+        # rmqk's PluginManager hands each implementation this callable bound to its plugin.
+        getattr(pm.hook, self.hook_name)(register=Registration(self.add, self.kind))
 
-            def register(name: str, factory: Callable[..., T], _plugin: str = plugin_name) -> None:
-                self.add(name, factory, _plugin)
-
-            impl.function(register=register)
-
-    def add(self, name: str, factory: Callable[..., T], plugin: str) -> None:
+    def add(self, name: str, factory: V, plugin: str) -> None:
         if not isinstance(name, str) or not name:
             raise PluginError(f"plugin {plugin!r} registered a {self.kind} with no name")
         if not self._check(factory):
@@ -178,25 +258,33 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def __iter__(self) -> Iterator[Entry[T]]:
+    def __iter__(self) -> Iterator[Entry[V]]:
         return iter(self._entries[n] for n in self.names())
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def entry(self, name: str) -> Entry[T]:
+    def entry(self, name: str) -> Entry[V]:
         try:
             return self._entries[name]
         except KeyError:
             known = ", ".join(self.names()) or "(none: are the rmqk plugins installed and enabled?)"
             raise PluginError(f"unknown {self.kind} {name!r}; registered: {known}") from None
 
-    def get(self, name: str) -> Callable[..., T]:
-        """The factory registered under ``name``; an unknown name lists the known ones."""
+    def get(self, name: str) -> V:
+        """The value registered under ``name``; an unknown name lists the known ones."""
         return self.entry(name).factory
 
-    def create(self, name: str, *args: Any, **kwargs: Any) -> T:
+
+class FactoryRegistry(Registry[Callable[P, R]], Generic[P, R]):
+    """A registry of factories, each building an ``R`` from the same arguments."""
+
+    def create(self, name: str, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.get(name)(*args, **kwargs)
+
+
+def _is_command(value: object) -> bool:
+    return callable(getattr(value, "run", None))
 
 
 class Registries:
@@ -204,26 +292,29 @@ class Registries:
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
-        self.allocation_strategies: Registry[Any] = Registry(
+        self.allocation_strategies: FactoryRegistry[..., AllocationStrategy] = FactoryRegistry(
             "allocation strategy", "rmqk_register_allocation_strategies"
         )
-        self.offset_stores: Registry[Any] = Registry("offset store", "rmqk_register_offset_stores")
-        self.transports: Registry[Any] = Registry("transport", "rmqk_register_transports")
-        self.consume_services: Registry[Any] = Registry(
+        self.offset_stores: FactoryRegistry[[OffsetStoreContext], OffsetStore] = FactoryRegistry(
+            "offset store", "rmqk_register_offset_stores"
+        )
+        self.transports: FactoryRegistry[
+            [TransportConfig, pluggy.HookRelay | None], Transport
+        ] = FactoryRegistry("transport", "rmqk_register_transports")
+        self.consume_services: FactoryRegistry[..., ConsumeService] = FactoryRegistry(
             "consume service", "rmqk_register_consume_services"
         )
-        self.sinks: Registry[Any] = Registry("sink", "rmqk_register_sinks")
-        # Commands are registered as rmqk.cli.Command values, not factories.
-        self.commands: Registry[Any] = Registry(
-            "command",
-            "rmqk_register_commands",
-            check=lambda value: callable(getattr(value, "run", None)),
-            expected="an rmqk.cli.Command",
+        self.sinks: FactoryRegistry[[Mapping[str, Any]], Sink] = FactoryRegistry(
+            "sink", "rmqk_register_sinks"
+        )
+        self.commands: Registry[Command] = Registry(
+            "command", "rmqk_register_commands", check=_is_command, expected="an rmqk.cli.Command"
         )
         for reg in self.all():
             reg._fill(pm)
 
     def all(self) -> list[Registry[Any]]:
+        """Every registry; what they hold differs by kind, hence ``Any`` in this list."""
         return [
             self.allocation_strategies,
             self.offset_stores,
@@ -260,24 +351,24 @@ async def await_me_maybe(value: T | Awaitable[T]) -> T:
 async def call_event_hook(
     name: str, *, swallow: bool = True, pm: pluggy.PluginManager | None = None, **kwargs: Any
 ) -> list[Any]:
-    """Call an event hook, awaiting async implementations.
+    """Call an awaited event hook through ``pm.hook`` and await each implementation.
 
-    Implementations run in pluggy's order (the last registered first, with
-    ``tryfirst``/``trylast`` honoured). With ``swallow`` (filter, consume and
-    rebalance hooks), an exception from one implementation is logged and the
-    others still run, as Java's hook lists do.
+    Implementations run one after the other in pluggy's order (the last
+    registered first, with ``tryfirst``/``trylast`` honoured), each awaited
+    before the next starts. With ``swallow`` (filter, consume and rebalance
+    hooks), an exception from one implementation is logged and the others still
+    run, as Java's hook lists do.
     """
     pm = pm or get_plugin_manager()
-    caller = getattr(pm.hook, name)
     results: list[Any] = []
-    for impl in reversed(caller.get_hookimpls()):
-        args = {k: kwargs[k] for k in impl.argnames if k in kwargs}
+    for pending in getattr(pm.hook, name)(**kwargs):
         try:
-            results.append(await await_me_maybe(impl.function(**args)))
+            results.append(await await_me_maybe(pending))
         except Exception:
             if not swallow:
                 raise
-            log.exception("hook %s of plugin %s failed", name, impl.plugin_name)
+            plugin = pending.plugin if isinstance(pending, PendingCall) else "?"
+            log.exception("hook %s of plugin %s failed", name, plugin)
     return results
 
 
