@@ -100,9 +100,7 @@ class PendingCall:
         return f"<pending {self.hook} of plugin {self.plugin!r}>"
 
 
-def _impls_of(
-    pm: pluggy.PluginManager, plugin: object
-) -> list[tuple[str, str, Mapping[str, Any]]]:
+def _impls_of(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, str, Mapping[str, Any]]]:
     """(hook, attribute, options) of each hook implementation ``plugin`` declares."""
     found: list[tuple[str, str, Mapping[str, Any]]] = []
     for attr in dir(plugin):

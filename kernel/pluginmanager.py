@@ -298,9 +298,9 @@ class Registries:
         self.offset_stores: FactoryRegistry[[OffsetStoreContext], OffsetStore] = FactoryRegistry(
             "offset store", "rmqk_register_offset_stores"
         )
-        self.transports: FactoryRegistry[
-            [TransportConfig, pluggy.HookRelay | None], Transport
-        ] = FactoryRegistry("transport", "rmqk_register_transports")
+        self.transports: FactoryRegistry[[TransportConfig, pluggy.HookRelay | None], Transport] = (
+            FactoryRegistry("transport", "rmqk_register_transports")
+        )
         self.consume_services: FactoryRegistry[..., ConsumeService] = FactoryRegistry(
             "consume service", "rmqk_register_consume_services"
         )
