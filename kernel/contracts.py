@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
 from rmqk.message import MessageExt
 from rmqk.model import MessageModel, MessageQueue
 
+if TYPE_CHECKING:
+    from rmqk.transport import Transport
+
 __all__ = [
     "AllocationStrategy",
+    "BrokerClient",
+    "BrokerOffsetStore",
     "OffsetStore",
     "OffsetStoreContext",
     "ReadOffsetType",
@@ -47,6 +52,17 @@ class ReadOffsetType(enum.Enum):
     MEMORY_FIRST_THEN_STORE = "MEMORY_FIRST_THEN_STORE"
 
 
+class BrokerClient(Protocol):
+    """What an offset store that talks to brokers may use of the client instance."""
+
+    @property
+    def transport(self) -> Transport: ...
+
+    async def find_broker_addr_for_admin(self, broker_name: str, topic: str) -> str:
+        """The address of the broker (master preferred); refreshes the route once if unknown."""
+        ...
+
+
 @attrs.frozen
 class OffsetStoreContext:
     """What an offset store factory is given for one consumer."""
@@ -55,8 +71,9 @@ class OffsetStoreContext:
     client_id: str
     message_model: MessageModel
     options: Mapping[str, Any] = attrs.field(factory=dict)
-    # The client instance (route lookups and transport) for stores that talk to brokers.
-    client: Any = None
+    # Route lookups and the transport, for stores that talk to brokers; None in tests
+    # and tools that build a store with no client instance.
+    client: BrokerClient | None = None
 
 
 class OffsetStore(Protocol):
@@ -76,9 +93,21 @@ class OffsetStore(Protocol):
 
     def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]: ...
 
+
+@runtime_checkable
+class BrokerOffsetStore(OffsetStore, Protocol):
+    """An offset store that can commit one offset to its broker and report the outcome.
+
+    A capability, not part of every store: the lite pull consumer's ``commit_sync``
+    in CLUSTERING confirms each commit through it; with a store without it, the
+    committed queues are persisted instead.
+    """
+
     async def update_consume_offset_to_broker(
         self, mq: MessageQueue, offset: int, oneway: bool
-    ) -> None: ...
+    ) -> None:
+        """Send one offset now; raises what the broker lookup or the transport raises."""
+        ...
 
 
 class Sink(Protocol):

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from rmqk.aioutil import wait_event
-from rmqk.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
+from rmqk.contracts import AllocationStrategy, BrokerOffsetStore, OffsetStore, ReadOffsetType
 from rmqk.engine.client import ClientInstance
 from rmqk.engine.consumer import filter_pulled, stamp_queue_offsets
 from rmqk.engine.process_queue import ProcessQueue
@@ -752,13 +752,16 @@ class AsyncLitePullConsumer:
         """Write ``offsets`` through: confirmed broker updates in CLUSTERING, else the store."""
         if not offsets:
             return
-        if self.message_model is MessageModel.BROADCASTING:
+        store = self.offset_store
+        if self.message_model is MessageModel.BROADCASTING or not isinstance(
+            store, BrokerOffsetStore
+        ):
             owned = set(self._states) | set(offsets)
-            await self.offset_store.persist_all(owned)
+            await store.persist_all(owned)
             return
         results = await asyncio.gather(
             *(
-                self.offset_store.update_consume_offset_to_broker(mq, off, False)
+                store.update_consume_offset_to_broker(mq, off, False)
                 for mq, off in sorted(offsets.items())
             ),
             return_exceptions=True,

@@ -15,6 +15,9 @@ Both follow :class:`rmqk.contracts.OffsetStore`: an in-memory table updated as
 messages are acknowledged (increase-only where Java's is), ``read_offset``
 returning ``>= 0``, ``-1`` (nothing stored) or ``-2`` (the store could not be
 asked), and persistence that logs its failures instead of raising them.
+``remote-broker`` is also a :class:`rmqk.contracts.BrokerOffsetStore`: it can
+commit one offset now and report the outcome (the lite pull consumer's
+``commit_sync``).
 """
 
 from __future__ import annotations

@@ -288,7 +288,12 @@ class LocalFileOffsetStore:
     async def update_consume_offset_to_broker(
         self, mq: MessageQueue, offset: int, oneway: bool
     ) -> None:
-        """Nothing: in BROADCASTING the broker keeps no offsets for the group."""
+        """Nothing: in BROADCASTING the broker keeps no offsets for the group.
+
+        Kept (Java's LocalFileOffsetStore has it too) so a lite pull consumer in
+        CLUSTERING given this store commits to memory only, as it always has,
+        rather than writing the file on every commit.
+        """
 
     # -- internals ------------------------------------------------------------------------
 

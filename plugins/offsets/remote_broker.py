@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection
-from typing import Any
 
-from rmqk.contracts import OffsetStoreContext, ReadOffsetType
+from rmqk.contracts import BrokerClient, OffsetStoreContext, ReadOffsetType
 from rmqk.errors import BrokerError, ClientError
 from rmqk.model import MessageQueue
 from rmqk.plugins.offsets.options import check_known_options, require_positive_int
@@ -37,23 +36,27 @@ DEFAULT_TIMEOUT_MS = 5_000
 
 
 class RemoteBrokerOffsetStore:
-    """OffsetStore backed by the brokers, through the client instance's transport.
+    """A :class:`rmqk.contracts.BrokerOffsetStore` backed by the brokers.
 
-    ``client`` needs ``find_broker_addr_for_admin(broker_name, topic)`` (master
-    preferred, refreshing the route once when the broker is unknown, raising
-    ClientError when it stays unknown) and ``transport`` with
-    ``query_consumer_offset`` / ``update_consumer_offset``.
+    ``client`` is a :class:`rmqk.contracts.BrokerClient`: its
+    ``find_broker_addr_for_admin`` raises ClientError when the broker stays
+    unknown after a route refresh, and its ``transport`` queries and updates
+    consumer offsets.
     """
 
     def __init__(
-        self, client: Any, group: str, client_id: str = "", timeout_ms: int = DEFAULT_TIMEOUT_MS
+        self,
+        client: BrokerClient | None,
+        group: str,
+        client_id: str = "",
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
     ) -> None:
         if client is None:
             raise ClientError(
                 f"{NAME} offset store of group {group!r} needs the client instance "
                 "(OffsetStoreContext.client is None)"
             )
-        self.client = client
+        self.client: BrokerClient = client
         self.group = group
         self.client_id = client_id
         self.timeout_ms = timeout_ms

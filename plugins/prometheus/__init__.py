@@ -24,7 +24,7 @@ import threading
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from rmqk.contexts import ConsumeMessageContext
+from rmqk.contexts import ConsumeMessageContext, ConsumerView
 from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.hookspecs import hookimpl
 from rmqk.model import MessageQueue
@@ -115,7 +115,7 @@ class MetricsPlugin:
     @hookimpl
     def rmqk_queues_changed(
         self,
-        consumer: Any,
+        consumer: ConsumerView,
         topic: str,
         all_queues: Collection[MessageQueue],
         assigned: Sequence[MessageQueue],

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
@@ -39,8 +39,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from rmqk.contexts import ConsumeMessageContext
-from rmqk.model import MessageModel
+from rmqk.contexts import ConsumeMessageContext, ConsumerView
+from rmqk.model import MessageModel, ServiceState
 from rmqk.progress import ConsumerProgress, fetch_max_offsets, snapshot
 
 __all__ = ["ConsumerCollector", "RmqkMetrics"]
@@ -52,22 +52,29 @@ DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 _QUEUE_LABELS = ["group", "topic", "broker", "queue"]
 
 
+@runtime_checkable
+class RetryingConsumer(ConsumerView, Protocol):
+    """A consumer that sends failed messages back (the push consumer), with its limit."""
+
+    def max_reconsume_times(self) -> int: ...
+
+
 class ConsumerCollector(Collector):
     """Reads every known consumer on its own event loop when Prometheus scrapes."""
 
     def __init__(self, timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
-        self._consumers: dict[int, tuple[Any, asyncio.AbstractEventLoop]] = {}
+        self._consumers: dict[int, tuple[ConsumerView, asyncio.AbstractEventLoop]] = {}
 
-    def track(self, consumer: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def track(self, consumer: ConsumerView, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             self._consumers[id(consumer)] = (consumer, loop)
 
-    def consumer_of(self, group: str) -> Any | None:
+    def consumer_of(self, group: str) -> ConsumerView | None:
         with self._lock:
             for consumer, _ in self._consumers.values():
-                if getattr(consumer, "group", None) == group:
+                if consumer.group == group:
                     return consumer
         return None
 
@@ -76,8 +83,7 @@ class ConsumerCollector(Collector):
             tracked = list(self._consumers.items())
         out: list[ConsumerProgress] = []
         for key, (consumer, loop) in tracked:
-            state = getattr(getattr(consumer, "state", None), "name", "")
-            if loop.is_closed() or state == "SHUTDOWN_ALREADY":
+            if loop.is_closed() or consumer.state is ServiceState.SHUTDOWN_ALREADY:
                 with self._lock:
                     self._consumers.pop(key, None)
                 continue
@@ -87,12 +93,13 @@ class ConsumerCollector(Collector):
             except Exception as exc:
                 log.warning(
                     "metrics of consumer group %s unavailable: %s",
-                    getattr(consumer, "group", "?"),
+                    consumer.group,
                     exc or type(exc).__name__,
                 )
         return out
 
-    async def _read(self, consumer: Any) -> ConsumerProgress:
+    async def _read(self, consumer: ConsumerView) -> ConsumerProgress:
+        # The progress helpers read more of a push consumer than the view promises.
         # Leave time for the snapshot itself within the scrape's budget.
         max_offsets = await fetch_max_offsets(consumer, timeout_s=self.timeout_s * 0.8)
         return snapshot(consumer, max_offsets)
@@ -231,7 +238,9 @@ class RmqkMetrics:
         consumer = self.collector.consumer_of(context.consumer_group)
         if consumer is None:
             return 0
-        if getattr(consumer, "message_model", None) is MessageModel.BROADCASTING:
+        if consumer.message_model is MessageModel.BROADCASTING:
+            return 0
+        if not isinstance(consumer, RetryingConsumer):
             return 0
         limit = consumer.max_reconsume_times()
         return sum(1 for m in context.messages if m.reconsume_times >= limit)
