@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PRINTING_MODULES = {
     "kernel/cli.py",
     "kernel/engine/produce_tool.py",
+    "kernel/hookcalls.py",  # RMQK_TRACE_PLUGINS prints hook calls, as datasette does
     "plugins/broker/cli.py",
     "plugins/spark/demo.py",
     "plugins/status/__init__.py",
