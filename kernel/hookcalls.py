@@ -87,8 +87,12 @@ class PendingCall:
         self.args = args
         self.kwargs = kwargs
 
+    def call(self) -> Any:
+        """Run the implementation; its result, awaitable when it is ``async def``."""
+        return self.function(*self.args, **self.kwargs)
+
     async def run(self) -> Any:
-        result = self.function(*self.args, **self.kwargs)
+        result = self.call()
         if inspect.isawaitable(result):
             return await result
         return result

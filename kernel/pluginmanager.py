@@ -363,7 +363,10 @@ async def call_event_hook(
     results: list[Any] = []
     for pending in getattr(pm.hook, name)(**kwargs):
         try:
-            results.append(await await_me_maybe(pending))
+            # Calling directly rather than awaiting the PendingCall spares sync
+            # implementations a coroutine on this per-pull and per-batch path.
+            result = pending.call() if isinstance(pending, PendingCall) else pending
+            results.append(await await_me_maybe(result))
         except Exception:
             if not swallow:
                 raise
