@@ -9,10 +9,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from rmqk.consume_host import ConsumeService
 from rmqk.contexts import FilterMessageContext
 from rmqk.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
 from rmqk.engine.client import ClientInstance
-from rmqk.engine.consume import ConsumeService
+from rmqk.engine.consume_host import create_consume_service
 from rmqk.engine.listener import ListenerInvoker
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.rebalance import Rebalance
@@ -163,8 +164,7 @@ class AsyncPushConsumer:
         )
         threads = max(opts.consume_thread_min, opts.consume_thread_max)
         self.invoker = ListenerInvoker(self.listener, self.group, threads)
-        service_name = opts.consume_service or "concurrent"
-        self.consume_service = regs.consume_services.create(service_name, self)
+        self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)
         await self.consume_service.start()
         if not self.client.register_consumer(self.group, self):

@@ -12,18 +12,17 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rmqk.consume_host import ConsumeHost, QueueView
 from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
-from rmqk.engine.process_queue import ProcessQueue
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
+from rmqk.options import OptionSpec
 from rmqk.transport import ConsumeMessageDirectlyResult
-
-if TYPE_CHECKING:
-    from rmqk.engine.consumer import AsyncPushConsumer
 
 __all__ = ["ConcurrentConsumeService", "normalize_status"]
 
@@ -63,7 +62,7 @@ class _Request:
 
     __slots__ = ("mq", "msgs", "pq")
 
-    def __init__(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+    def __init__(self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue) -> None:
         self.msgs = msgs
         self.pq = pq
         self.mq = mq
@@ -85,20 +84,22 @@ class ConcurrentConsumeService:
     """
 
     orderly = False
+    # It takes no consume_service_options: any key given is an error.
+    option_specs: tuple[OptionSpec, ...] = ()
 
-    def __init__(self, consumer: AsyncPushConsumer) -> None:
-        self.consumer = consumer
+    def __init__(self, host: ConsumeHost, options: Mapping[str, Any]) -> None:
+        self.host = host
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cleaner: asyncio.Task[None] | None = None
         self._stopped = False
-        opts = consumer.options
+        opts = host.options
         self.worker_count = max(opts.consume_thread_min, opts.consume_thread_max)
         self._busy = 0
         self._deferred = 0  # chunks whose listener returned a future not yet resolved
-        self._acks: dict[ProcessQueue, tuple[MessageQueue, list[MessageExt]]] = {}
-        self._retry_topic = consumer.retry_topic
+        self._acks: dict[QueueView, tuple[MessageQueue, list[MessageExt]]] = {}
+        self._retry_topic = host.retry_topic
         # Moving average of a sync listener call; starts high so that the first
         # groups are fair shares until calls are seen to be quick.
         self._call_ms = GROUP_BUDGET_MS
@@ -107,7 +108,7 @@ class ConcurrentConsumeService:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._cleaner = loop.create_task(self._clean_expired_loop())
-        worker = self._worker if not self.consumer.invoker.is_async else self._async_worker
+        worker = self._worker if not self.host.listener.is_async else self._async_worker
         self._workers = [
             loop.create_task(worker(), name=f"ConsumeMessageThread_{i}")
             for i in range(self.worker_count)
@@ -139,11 +140,11 @@ class ConcurrentConsumeService:
         task.add_done_callback(self._tasks.discard)
 
     def submit(
-        self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, dispatch_to_consume: bool
+        self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue, dispatch_to_consume: bool
     ) -> None:
         if self._stopped:
             return
-        size = self.consumer.options.consume_message_batch_max_size
+        size = self.host.options.consume_message_batch_max_size
         put = self._queue.put_nowait
         if len(msgs) <= size:
             put(_Request(msgs, pq, mq))
@@ -153,15 +154,15 @@ class ConcurrentConsumeService:
 
     def _stamp(self, r: _Request, started: int) -> None:
         if r.mq.topic == self._retry_topic:
-            self.consumer.reset_retry_topic(r.msgs)
+            self.host.reset_retry_topic(r.msgs)
         # When each message's consume began, for cleanExpiredMsg.
         r.pq.consume_started.update(zip(map(_OFFSET, r.msgs), repeat(started)))
 
     async def _async_worker(self) -> None:
         """The worker for an async listener without consume hooks: one chunk, inline."""
         queue = self._queue
-        consumer = self.consumer
-        invoker = consumer.invoker
+        host = self.host
+        invoker = host.listener
         listener = invoker.listener
         wants_context = invoker.wants_context
         perf = time.perf_counter
@@ -202,7 +203,7 @@ class ConcurrentConsumeService:
             if (status is None or status is ConsumeStatus.CONSUME_SUCCESS) and (
                 ctx is None or ctx.ack_index >= len(r.msgs) - 1
             ):
-                consumer.stats.consume_rt(r.mq.topic, (perf() - start) * 1000)
+                host.stats.consume_rt(r.mq.topic, (perf() - start) * 1000)
                 self._ack(r)
                 continue
             try:
@@ -232,14 +233,12 @@ class ConcurrentConsumeService:
 
     def _flush_acks(self) -> None:
         acks, self._acks = self._acks, {}
-        consumer = self.consumer
+        host = self.host
         for pq, (mq, msgs) in acks.items():
             if pq.dropped:
                 continue
-            consumer.stats.consume_ok(mq.topic, len(msgs))
-            offset = pq.remove_messages(msgs)
-            if offset >= 0 and not pq.dropped:
-                consumer.offset_store.update_offset(mq, offset, True)
+            host.stats.consume_ok(mq.topic, len(msgs))
+            host.acknowledge(mq, pq, msgs)
 
     def _defer(
         self,
@@ -265,7 +264,7 @@ class ConcurrentConsumeService:
             if status is ConsumeStatus.CONSUME_SUCCESS and (
                 ctx is None or ctx.ack_index >= len(r.msgs) - 1
             ):
-                self.consumer.stats.consume_rt(r.mq.topic, duration)
+                self.host.stats.consume_rt(r.mq.topic, duration)
                 self._ack(r)
                 return
             if not self._stopped:
@@ -278,7 +277,7 @@ class ConcurrentConsumeService:
     ) -> None:
         """The general path for one chunk's outcome: partial acks and failures."""
         status = self._status(outcome)
-        self.consumer.stats.consume_rt(r.mq.topic, outcome.duration_ms)
+        self.host.stats.consume_rt(r.mq.topic, outcome.duration_ms)
         if r.pq.dropped:
             return
         await self._process_result(
@@ -332,11 +331,11 @@ class ConcurrentConsumeService:
             self._quick_gate.release()
 
     async def _consume_group(self, group: list[_Request], held: list[bool] | None = None) -> None:
-        consumer = self.consumer
+        invoker = self.host.listener
         live = [r for r in group if not r.pq.dropped]
         if not live:
             return
-        if consumer.invoker.hooks_enabled():
+        if invoker.hooks_enabled():
             for r in live:
                 await self._consume(r)
             return
@@ -344,7 +343,7 @@ class ConcurrentConsumeService:
         for r in live:
             self._stamp(r, started)
         # A listener that takes no context cannot set ack_index: one shared None.
-        if consumer.invoker.wants_context:
+        if invoker.wants_context:
             contexts: list[ConsumeConcurrentlyContext | None] = [
                 ConsumeConcurrentlyContext(r.mq) for r in live
             ]
@@ -363,7 +362,7 @@ class ConcurrentConsumeService:
             for r in live[started:]:
                 self._queue.put_nowait(r)
 
-        outcomes = await consumer.invoker.invoke_group(
+        outcomes = await invoker.invoke_group(
             [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)],
             on_give_up=give_up,
             watch_single=held is not None,
@@ -409,19 +408,19 @@ class ConcurrentConsumeService:
             self._call_ms += (mean_ms - self._call_ms) * 0.3
             # One statistics entry per topic and group rather than per call.
             for topic, (ms, calls) in per_topic.items():
-                consumer.stats.add_consume_rt(topic, ms, int(calls))
+                self.host.stats.add_consume_rt(topic, ms, int(calls))
 
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         if outcome.exception is not None:
             log.warning(
-                "consumeMessage exception: %r Group: %s", outcome.exception, self.consumer.group
+                "consumeMessage exception: %r Group: %s", outcome.exception, self.host.group
             )
             return ConsumeStatus.RECONSUME_LATER
         status = normalize_status(outcome.status)
         if status is None:
             log.warning(
                 "listener of %s returned %r; treating it as RECONSUME_LATER",
-                self.consumer.group,
+                self.host.group,
                 outcome.status,
             )
             return ConsumeStatus.RECONSUME_LATER
@@ -429,18 +428,18 @@ class ConcurrentConsumeService:
 
     async def _consume(self, r: _Request) -> None:
         """One chunk with the consume hooks around it."""
-        consumer = self.consumer
+        host = self.host
         self._stamp(r, int(time.time() * 1000))
         msgs, pq, mq = r.msgs, r.pq, r.mq
         ctx = ConsumeConcurrentlyContext(mq)
-        outcome, hook_ctx = await consumer.invoker.invoke(mq, msgs, ctx)
+        outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx)
         status = self._status(outcome)
         if hook_ctx is not None:
             if outcome.exception is not None:
                 return_type = "EXCEPTION"
             elif outcome.status is not None and normalize_status(outcome.status) is None:
                 return_type = "RETURNNULL"
-            elif outcome.duration_ms >= consumer.options.consume_timeout * 60_000:
+            elif outcome.duration_ms >= host.options.consume_timeout * 60_000:
                 return_type = "TIME_OUT"
             elif status is ConsumeStatus.RECONSUME_LATER:
                 return_type = "FAILED"
@@ -452,8 +451,8 @@ class ConcurrentConsumeService:
             hook_ctx.duration_ms = outcome.duration_ms
             hook_ctx.exception = outcome.exception
             hook_ctx.props["ConsumeContextType"] = return_type
-            await consumer.invoker.after(hook_ctx)
-        consumer.stats.consume_rt(mq.topic, outcome.duration_ms)
+            await host.listener.after(hook_ctx)
+        host.stats.consume_rt(mq.topic, outcome.duration_ms)
         if pq.is_dropped():
             # The queue went to another member: its results are discarded, the new owner
             # consumes these messages again (at-least-once).
@@ -465,10 +464,10 @@ class ConcurrentConsumeService:
         status: ConsumeStatus,
         ctx: ConsumeConcurrentlyContext,
         msgs: list[MessageExt],
-        pq: ProcessQueue,
+        pq: QueueView,
         mq: MessageQueue,
     ) -> None:
-        consumer = self.consumer
+        host = self.host
         ack_index = ctx.ack_index
         if not msgs:
             return
@@ -476,22 +475,22 @@ class ConcurrentConsumeService:
             if ack_index >= len(msgs):
                 ack_index = len(msgs) - 1
             ok = ack_index + 1
-            consumer.stats.consume_ok(mq.topic, ok)
+            host.stats.consume_ok(mq.topic, ok)
             if len(msgs) - ok:
-                consumer.stats.consume_failed(mq.topic, len(msgs) - ok)
+                host.stats.consume_failed(mq.topic, len(msgs) - ok)
         else:
             ack_index = -1
-            consumer.stats.consume_failed(mq.topic, len(msgs))
+            host.stats.consume_failed(mq.topic, len(msgs))
         failed = msgs[ack_index + 1 :]
         done = msgs
-        if failed and consumer.message_model is MessageModel.BROADCASTING:
+        if failed and host.message_model is MessageModel.BROADCASTING:
             for msg in failed:
                 log.warning("BROADCASTING, the message consume failed, drop it, %s", msg)
         elif failed:
             back_failed: list[MessageExt] = []
             for msg in failed:
                 try:
-                    await consumer.send_message_back(
+                    await host.send_message_back(
                         msg, ctx.delay_level_when_next_consume, mq.broker_name
                     )
                 except Exception as exc:
@@ -502,11 +501,9 @@ class ConcurrentConsumeService:
                 ids = {id(m) for m in back_failed}
                 done = [m for m in msgs if id(m) not in ids]
                 self._retry_locally(back_failed, pq, mq)
-        offset = pq.remove_messages(done)
-        if offset >= 0 and not pq.is_dropped():
-            consumer.offset_store.update_offset(mq, offset, True)
+        host.acknowledge(mq, pq, done)
 
-    def _retry_locally(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+    def _retry_locally(self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue) -> None:
         async def later() -> None:
             await asyncio.sleep(LOCAL_RETRY_DELAY_S)
             self.submit(msgs, pq, mq, True)
@@ -514,7 +511,7 @@ class ConcurrentConsumeService:
         self._spawn(later())
 
     async def _clean_expired_loop(self) -> None:
-        period = self.consumer.options.consume_timeout * 60
+        period = self.host.options.consume_timeout * 60
         while True:
             await asyncio.sleep(period)
             try:
@@ -524,34 +521,32 @@ class ConcurrentConsumeService:
 
     async def clean_expired_messages(self) -> None:
         """Send back (delay level 3) messages whose consume began over consume_timeout ago."""
-        consumer = self.consumer
-        limit_ms = consumer.options.consume_timeout * 60_000
+        host = self.host
+        limit_ms = host.options.consume_timeout * 60_000
         now = int(time.time() * 1000)
-        for mq, pq in list(consumer.rebalance.process_queue_table.items()):
+        for mq, pq in host.process_queues():
             for msg in pq.head_messages(EXPIRED_SCAN_LIMIT):
                 started = pq.consume_started.get(msg.queue_offset)
                 if started is None or now - started <= limit_ms:
                     break
                 try:
-                    await consumer.send_message_back(msg, 3, mq.broker_name)
+                    await host.send_message_back(msg, 3, mq.broker_name)
                 except Exception:
                     log.exception("send expire msg back failed: %s", msg)
                     break
                 log.info("send expire msg back. topic=%s, offset=%d", msg.topic, msg.queue_offset)
                 if pq.first_offset() == msg.queue_offset:
-                    offset = pq.remove_messages([msg])
-                    if offset >= 0:
-                        consumer.offset_store.update_offset(mq, offset, True)
+                    host.acknowledge(mq, pq, [msg])
 
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
-        consumer = self.consumer
+        host = self.host
         mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
         ctx = ConsumeConcurrentlyContext(mq)
-        consumer.reset_retry_topic([msg])
+        host.reset_retry_topic([msg])
         # Java runs no consume hooks on this debugging path.
-        outcome, _ = await consumer.invoker.invoke(mq, [msg], ctx, hooks=False)
+        outcome, _ = await host.listener.invoke(mq, [msg], ctx, hooks=False)
         remark = None
         if outcome.exception is not None:
             result = "CR_THROW_EXCEPTION"

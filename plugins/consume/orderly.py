@@ -13,16 +13,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
+from rmqk.consume_host import ConsumeHost, QueueView
 from rmqk.engine.listener import ConsumeOrderlyContext
-from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS, ProcessQueue
+from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeOrderlyStatus, MessageModel, MessageQueue
+from rmqk.options import JAVA_INT_MAX, OptionSpec, OptionType
 from rmqk.transport import ConsumeMessageDirectlyResult
-
-if TYPE_CHECKING:
-    from rmqk.engine.consumer import AsyncPushConsumer
 
 __all__ = ["OrderlyConsumeService", "normalize_orderly_status"]
 
@@ -47,18 +47,34 @@ def normalize_orderly_status(value: Any) -> ConsumeOrderlyStatus | None:
 
 class OrderlyConsumeService:
     orderly = True
+    option_specs = (
+        OptionSpec(
+            name="max_time_consume_continuously_ms",
+            value_type=OptionType.INT,
+            doc=(
+                "How long one queue's drainer may consume before it yields to the others "
+                "(Java's rocketmq.client.maxTimeConsumeContinuously)."
+            ),
+            default=MAX_TIME_CONSUME_CONTINUOUSLY_MS,
+            minimum=1,
+            maximum=JAVA_INT_MAX,
+            unit="ms",
+        ),
+    )
 
-    def __init__(self, consumer: AsyncPushConsumer) -> None:
-        self.consumer = consumer
+    def __init__(self, host: ConsumeHost, options: Mapping[str, Any]) -> None:
+        self.host = host
         self._stopped = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}
         self._lock_renewer: asyncio.Task[None] | None = None
-        self.max_time_consume_continuously_ms = MAX_TIME_CONSUME_CONTINUOUSLY_MS
+        self.max_time_consume_continuously_ms: int = options.get(
+            "max_time_consume_continuously_ms", MAX_TIME_CONSUME_CONTINUOUSLY_MS
+        )
 
     @property
     def clustering(self) -> bool:
-        return self.consumer.message_model is MessageModel.CLUSTERING
+        return self.host.message_model is MessageModel.CLUSTERING
 
     async def start(self) -> None:
         if self.clustering:
@@ -68,7 +84,7 @@ class OrderlyConsumeService:
         await asyncio.sleep(1.0)
         while True:
             try:
-                await self.consumer.rebalance.lock_all()
+                await self.host.lock_all()
             except Exception:
                 log.exception("lockAll failed")
             await asyncio.sleep(REBALANCE_LOCK_INTERVAL_MS / 1000)
@@ -86,7 +102,7 @@ class OrderlyConsumeService:
                 await task
         if self.clustering:
             # Synchronous unlock, so the next owner does not wait for the lock to expire.
-            await self.consumer.rebalance.unlock_all(False)
+            await self.host.unlock_all(False)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -94,12 +110,12 @@ class OrderlyConsumeService:
         task.add_done_callback(self._tasks.discard)
 
     def submit(
-        self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, dispatch_to_consume: bool
+        self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue, dispatch_to_consume: bool
     ) -> None:
         if dispatch_to_consume and not self._stopped:
             self._spawn(self._drain(pq, mq))
 
-    def _submit_later(self, pq: ProcessQueue, mq: MessageQueue, delay_ms: int) -> None:
+    def _submit_later(self, pq: QueueView, mq: MessageQueue, delay_ms: int) -> None:
         async def later() -> None:
             await asyncio.sleep(delay_ms / 1000)
             if not self._stopped:
@@ -107,14 +123,12 @@ class OrderlyConsumeService:
 
         self._spawn(later())
 
-    def _try_lock_later_and_reconsume(
-        self, pq: ProcessQueue, mq: MessageQueue, delay_ms: int
-    ) -> None:
+    def _try_lock_later_and_reconsume(self, pq: QueueView, mq: MessageQueue, delay_ms: int) -> None:
         async def later() -> None:
             await asyncio.sleep(delay_ms / 1000)
             if self._stopped:
                 return
-            locked = await self.consumer.rebalance.lock(mq)
+            locked = await self.host.lock(mq)
             self._submit_later(pq, mq, 10 if locked else 3000)
 
         self._spawn(later())
@@ -122,10 +136,10 @@ class OrderlyConsumeService:
     def _suspend_ms(self, ctx: ConsumeOrderlyContext) -> int:
         value = ctx.suspend_current_queue_time_millis
         if value < 0:
-            value = self.consumer.options.suspend_current_queue_time_millis
+            value = self.host.options.suspend_current_queue_time_millis
         return min(max(value, 10), 30_000)
 
-    async def _drain(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+    async def _drain(self, pq: QueueView, mq: MessageQueue) -> None:
         if pq.is_dropped():
             return
         mq_lock = self._mq_locks.setdefault(mq, asyncio.Lock())
@@ -138,8 +152,8 @@ class OrderlyConsumeService:
                 return
             if pq.consume_lock is None:
                 pq.consume_lock = asyncio.Lock()
-            consumer = self.consumer
-            batch = consumer.options.consume_message_batch_max_size
+            host = self.host
+            batch = host.options.consume_message_batch_max_size
             begin = time.monotonic()
             while not self._stopped:
                 if pq.is_dropped():
@@ -153,7 +167,7 @@ class OrderlyConsumeService:
                 msgs = pq.take_messages(batch)
                 if not msgs:
                     break  # take_messages cleared pq.consuming
-                consumer.reset_retry_topic(msgs)
+                host.reset_retry_topic(msgs)
                 ctx = ConsumeOrderlyContext(mq)
                 async with pq.consume_lock:
                     if pq.is_dropped():
@@ -161,7 +175,7 @@ class OrderlyConsumeService:
                             "the message queue not be able to consume, because it's dropped. %s", mq
                         )
                         break
-                    outcome, hook_ctx = await consumer.invoker.invoke(mq, msgs, ctx)
+                    outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx)
                 status = (
                     None
                     if outcome.exception is not None
@@ -171,13 +185,13 @@ class OrderlyConsumeService:
                     log.warning(
                         "consumeMessage exception: %r Group: %s MQ: %s",
                         outcome.exception,
-                        consumer.group,
+                        host.group,
                         mq,
                     )
                 elif status is None:
                     log.warning(
                         "listener of %s returned %r; treating it as SUSPEND",
-                        consumer.group,
+                        host.group,
                         outcome.status,
                     )
                 if status is None:
@@ -190,8 +204,8 @@ class OrderlyConsumeService:
                     )
                     hook_ctx.duration_ms = outcome.duration_ms
                     hook_ctx.exception = outcome.exception
-                    await consumer.invoker.after(hook_ctx)
-                consumer.stats.consume_rt(mq.topic, outcome.duration_ms)
+                    await host.listener.after(hook_ctx)
+                host.stats.consume_rt(mq.topic, outcome.duration_ms)
                 if not await self._process_result(msgs, status, ctx, pq, mq):
                     break
 
@@ -200,10 +214,10 @@ class OrderlyConsumeService:
         msgs: list[MessageExt],
         status: ConsumeOrderlyStatus,
         ctx: ConsumeOrderlyContext,
-        pq: ProcessQueue,
+        pq: QueueView,
         mq: MessageQueue,
     ) -> bool:
-        consumer = self.consumer
+        stats = self.host.stats
         S = ConsumeOrderlyStatus
         commit_offset = -1
         keep_going = True
@@ -216,9 +230,9 @@ class OrderlyConsumeService:
                         mq,
                     )
                 commit_offset = pq.commit()
-                consumer.stats.consume_ok(mq.topic, len(msgs))
+                stats.consume_ok(mq.topic, len(msgs))
             else:
-                consumer.stats.consume_failed(mq.topic, len(msgs))
+                stats.consume_failed(mq.topic, len(msgs))
                 if await self._check_reconsume_times(msgs):
                     pq.make_messages_to_consume_again(msgs)
                     self._submit_later(pq, mq, self._suspend_ms(ctx))
@@ -227,7 +241,7 @@ class OrderlyConsumeService:
                     commit_offset = pq.commit()
         else:
             if status is S.SUCCESS:
-                consumer.stats.consume_ok(mq.topic, len(msgs))
+                stats.consume_ok(mq.topic, len(msgs))
             elif status is S.COMMIT:
                 commit_offset = pq.commit()
             elif status is S.ROLLBACK:
@@ -235,25 +249,24 @@ class OrderlyConsumeService:
                 self._submit_later(pq, mq, self._suspend_ms(ctx))
                 keep_going = False
             else:
-                consumer.stats.consume_failed(mq.topic, len(msgs))
+                stats.consume_failed(mq.topic, len(msgs))
                 if await self._check_reconsume_times(msgs):
                     pq.make_messages_to_consume_again(msgs)
                     self._submit_later(pq, mq, self._suspend_ms(ctx))
                     keep_going = False
-        if commit_offset >= 0 and not pq.is_dropped():
-            consumer.offset_store.update_offset(mq, commit_offset, False)
+        self.host.update_offset(mq, pq, commit_offset)
         return keep_going
 
     async def _check_reconsume_times(self, msgs: list[MessageExt]) -> bool:
         """True when the batch must be retried locally; past the maximum, DLQ instead."""
-        consumer = self.consumer
-        limit = consumer.max_reconsume_times()
+        host = self.host
+        limit = host.max_reconsume_times()
         suspend = False
         for msg in msgs:
             if msg.reconsume_times >= limit:
                 try:
                     # The broker routes it to %DLQ% since reconsume times reached the maximum.
-                    await consumer.send_message_back(msg, -1, msg.broker_name or None)
+                    await host.send_message_back(msg, -1, msg.broker_name or None)
                 except Exception:
                     log.exception("orderly send back of %s failed; suspending", msg)
                     suspend = True
@@ -266,12 +279,10 @@ class OrderlyConsumeService:
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
-        consumer = self.consumer
+        host = self.host
         mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
-        consumer.reset_retry_topic([msg])
-        outcome, _ = await consumer.invoker.invoke(
-            mq, [msg], ConsumeOrderlyContext(mq), hooks=False
-        )
+        host.reset_retry_topic([msg])
+        outcome, _ = await host.listener.invoke(mq, [msg], ConsumeOrderlyContext(mq), hooks=False)
         remark = None
         if outcome.exception is not None:
             result = "CR_THROW_EXCEPTION"
