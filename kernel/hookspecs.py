@@ -101,9 +101,18 @@ def rmqk_register_consume_services(register: Register) -> None:
     """Register consume services by name.
 
     Called once when the registry of consume services is first used.
-    ``register(name, factory)``: the factory builds the service that drains
-    process queues into the listener (``concurrent`` and ``orderly`` by default).
-    Returns nothing. Sync only.
+    ``register(name, factory)``: ``factory(host, options)`` returns an
+    :class:`rmqk.consume_host.ConsumeService` (``orderly``, ``start``,
+    ``shutdown``, ``submit``, ``consume_message_directly``), the service that
+    drains one push consumer's process queues into its listener. ``host`` is an
+    :class:`rmqk.consume_host.ConsumeHost`, all of the consumer a service may
+    use (listener, acknowledge, send back, stats, locks, options). ``options``
+    is the consumer's ``consume_service_options`` table, checked against the
+    factory's ``option_specs`` (a sequence of :class:`rmqk.options.OptionSpec`;
+    none declared: the service takes no options) and completed with their
+    defaults; an unknown key or a bad value is a ConfigError. Names are what a
+    config's ``consume_service`` selects (``concurrent``, the default, and
+    ``orderly``). Returns nothing. Sync only.
     """
 
 

@@ -1,0 +1,147 @@
+"""A consume service from its own distribution, written from the docs, consumes over real TCP.
+
+``tests/plugin-offset-batches/`` (docs/tutorial-consume-service.md) is copied to a
+temp dir, pip-installed into the running test environment, found through its
+``rmqk`` entry point and selected with ``consume_service``; it sees the push
+consumer only through :class:`rmqk.consume_host.ConsumeHost`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_support import committed_offsets, create_topic, max_offsets, produce, wait_for
+
+from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.errors import ConfigError
+from rmqk.message import MessageExt
+from rmqk.pluginmanager import plugin_distribution, registries, reset_plugin_manager
+
+pytestmark = pytest.mark.timeout(300)
+
+PLUGIN_DIR = Path(__file__).resolve().parent / "plugin-offset-batches"
+DIST = "rmqk-offset-batches"
+
+
+@pytest.fixture(scope="module")
+def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # A copy, so the build leaves nothing behind in the repository.
+    src = tmp_path_factory.mktemp("dist") / "plugin-offset-batches"
+    shutil.copytree(PLUGIN_DIR, src)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--no-deps", str(src)], check=True)
+    reset_plugin_manager()
+    try:
+        yield DIST
+    finally:
+        subprocess.run([*pip, "uninstall", "-y", DIST], check=False)
+        reset_plugin_manager()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from rmqk.plugins.broker import EmbeddedBroker
+
+    with EmbeddedBroker.run_in_thread(
+        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
+    ) as handle:
+        yield handle
+
+
+def test_entry_point_registers_the_service(installed_plugin: str) -> None:
+    reg = registries().consume_services
+    assert "offset-batches" in reg.names()
+    assert reg.entry("offset-batches").plugin == "offset_batches"
+    dist = plugin_distribution("offset_batches")
+    assert dist is not None and dist.distribution == installed_plugin
+
+
+async def test_every_message_once_in_offset_batches_of_the_configured_size(
+    installed_plugin: str, broker: Any
+) -> None:
+    topic, queues, total, batch_size = "OffsetBatches", 4, 403, 7
+    await create_topic(broker, topic, queues)
+    await produce(broker.namesrv_addr, topic, (f"m{i}".encode() for i in range(total)))
+    lock = threading.Lock()
+    # queue id -> the successful batches' offsets, in the order they were consumed
+    batches: dict[int, list[list[int]]] = defaultdict(list)
+    failed: list[list[int]] = []
+    consumer = AsyncPushConsumer(
+        "g-offset-batches",
+        namesrv_addr=broker.namesrv_addr,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        consume_service="offset-batches",
+        consume_service_options={"batch_size": batch_size, "retry_delay_ms": 50},
+    )
+    consumer.subscribe(topic)
+
+    @consumer.register_listener
+    def handle(msgs: list[MessageExt]) -> None:
+        offsets = [m.queue_offset for m in msgs]
+        with lock:
+            # One failure, to see the batch come back first and whole.
+            if msgs[0].queue_id == 0 and 10 in offsets and not failed:
+                failed.append(offsets)
+                raise RuntimeError("fail once")
+            batches[msgs[0].queue_id].append(offsets)
+
+    def consumed() -> int:
+        with lock:
+            return sum(len(b) for per_queue in batches.values() for b in per_queue)
+
+    await consumer.start()
+    try:
+        service: Any = consumer.consume_service
+        assert (service.batch_size, service.retry_delay_ms) == (batch_size, 50)
+        await wait_for(lambda: consumed() >= total, 60, "every message")
+    finally:
+        await consumer.shutdown()
+    assert consumed() == total
+    expected = await max_offsets(broker.namesrv_addr, broker.broker_addr, topic, queues)
+    assert sum(expected.values()) == total
+    for queue_id, per_queue in batches.items():
+        flat = [offset for batch in per_queue for offset in batch]
+        assert flat == list(range(expected[queue_id])), f"queue {queue_id} out of order or twice"
+        assert all(1 <= len(batch) <= batch_size for batch in per_queue)
+    assert max(len(b) for per_queue in batches.values() for b in per_queue) == batch_size
+    (failed_batch,) = failed
+    assert failed_batch in batches[0], "the failed batch was retried as it was"
+    committed = await committed_offsets(
+        broker.namesrv_addr, broker.broker_addr, "g-offset-batches", topic, queues
+    )
+    assert committed == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "fragments"),
+    [
+        ({"batch_sise": 3}, ["batch_sise", "did you mean 'batch_size'"]),
+        ({"batch_size": 0}, ["batch_size", "Out of range [1, 1024], got 0"]),
+        ({"batch_size": "7"}, ["batch_size", 'must be an integer, got string "7"']),
+    ],
+)
+async def test_options_the_service_does_not_take_are_errors(
+    installed_plugin: str, broker: Any, options: dict[str, Any], fragments: list[str]
+) -> None:
+    consumer = AsyncPushConsumer(
+        "g-offset-batches-bad",
+        namesrv_addr=broker.namesrv_addr,
+        consume_service="offset-batches",
+        consume_service_options=options,
+    )
+    consumer.subscribe("OffsetBatches")
+    consumer.register_listener(lambda msgs: None)
+    with pytest.raises(ConfigError) as info:
+        await consumer.start()
+    text = str(info.value)
+    assert "[consume_service_options]" in text and "consume service 'offset-batches'" in text
+    for fragment in fragments:
+        assert fragment in text
