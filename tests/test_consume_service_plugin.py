@@ -8,6 +8,7 @@ consumer only through :class:`rmqk.consume_host.ConsumeHost`.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,21 @@ from rmqk.pluginmanager import plugin_distribution, registries, reset_plugin_man
 pytestmark = pytest.mark.timeout(300)
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "plugin-offset-batches"
+TUTORIAL = Path(__file__).resolve().parent.parent / "docs" / "tutorial-consume-service.md"
 DIST = "rmqk-offset-batches"
+
+
+def test_the_tutorial_shows_the_plugin_as_it_is() -> None:
+    """The plugin is what the tutorial says, so it is written from the docs alone."""
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", TUTORIAL.read_text(), re.M | re.S)
+    code = [body for lang, body in blocks if lang == "python"]
+    assert (PLUGIN_DIR / "rmqk_offset_batches" / "__init__.py").read_text() in code
+    toml = "".join(
+        line + "\n"
+        for line in (PLUGIN_DIR / "pyproject.toml").read_text().splitlines()
+        if not line.startswith("#") and not line.startswith("description")
+    ).strip()
+    assert toml + "\n" in [body for lang, body in blocks if lang == "toml"]
 
 
 @pytest.fixture(scope="module")
