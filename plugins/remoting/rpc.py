@@ -123,20 +123,22 @@ class RemotingClient:
         self, addr: str, request: RemotingCommand, timeout_ms: int | None = None
     ) -> RemotingCommand:
         """Send ``request`` and wait for the response (invokeSync)."""
-        pool = self._ensure_pool()
-        self.before_request(addr, request)
-        response = await pool.request(addr, request, self._timeout(timeout_ms))
-        self.after_response(addr, request, response)
-        return response
+        return await self._call(addr, request, timeout_ms, swept=False)
 
     async def invoke_swept(
         self, addr: str, request: RemotingCommand, timeout_ms: int | None
     ) -> RemotingCommand:
         """invokeSync without a timer of its own: the pool's sweep enforces the timeout,
         and a timeout leaves the connection open (what Java's invokeAsync pulls get)."""
+        return await self._call(addr, request, timeout_ms, swept=True)
+
+    async def _call(
+        self, addr: str, request: RemotingCommand, timeout_ms: int | None, *, swept: bool
+    ) -> RemotingCommand:
         pool = self._ensure_pool()
+        send = pool.request_swept if swept else pool.request
         self.before_request(addr, request)
-        response = await pool.request_swept(addr, request, self._timeout(timeout_ms))
+        response = await send(addr, request, self._timeout(timeout_ms))
         self.after_response(addr, request, response)
         return response
 
