@@ -194,6 +194,8 @@ def get_plugin_manager() -> PluginManager:
             if _truthy("RMQK_TRACE_PLUGINS"):
                 trace_to_stderr(pm)
             _load_entry_points(pm)
+            # The kernel's built-in commands: an essential plugin, registered after the block list.
+            importlib.import_module("rmqk.builtin_commands").register_essential(pm)
             _pm = pm
         return _pm
 

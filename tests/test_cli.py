@@ -85,11 +85,11 @@ def test_unexpected_errors_are_one_line_naming_the_type(
         raise ClientError("the broker refused: no permission")
 
     commands = {
-        **cli.BUILTIN_COMMANDS,
+        **cli._all_commands(),
         "boom": Command(help="fails", run=boom, examples=("rmqk boom",)),
         "refused": Command(help="fails", run=refused, examples=("rmqk refused",)),
     }
-    monkeypatch.setattr(cli, "BUILTIN_COMMANDS", commands)
+    monkeypatch.setattr(cli, "_all_commands", lambda: commands)
     assert main(["boom"]) == 1
     err = capsys.readouterr().err
     assert err == "rmqk: error: KeyError: 'partition 7' (--debug shows the traceback)\n"

@@ -227,7 +227,7 @@ def test_hand_written_json_header_is_what_json_dumps_gives(
 )
 def test_one_property_found_without_parsing_agrees_with_parse_properties(parts: list[str]) -> None:
     from rmqk.message import parse_properties
-    from rmqk.plugins.remoting.client import _property_value
+    from rmqk.plugins.remoting.producer_calls import _property_value
 
     text = "".join(parts)
     assert _property_value(text, "UNIQ_KEY") == parse_properties(text).get("UNIQ_KEY", "")

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Modules that are commands: printing is their job.
 PRINTING_MODULES = {
+    "kernel/builtin_commands.py",
     "kernel/cli.py",
     "kernel/engine/produce_tool.py",
     "kernel/hookcalls.py",  # RMQK_TRACE_PLUGINS prints hook calls, as datasette does

@@ -157,13 +157,8 @@ class _LenientParser:
                 raise self.fail("expected ':'")
             self.pos += 1
             out[key] = self.value()
-            ch = self.peek()
-            self.pos += 1
-            if ch == "}":
+            if self.member_ends("}"):
                 return out
-            if ch != ",":
-                self.pos -= 1
-                raise self.fail("expected ',' or '}'")
 
     def array(self) -> list[Any]:
         self.pos += 1
@@ -173,13 +168,19 @@ class _LenientParser:
             return out
         while True:
             out.append(self.value())
-            ch = self.peek()
-            self.pos += 1
-            if ch == "]":
+            if self.member_ends("]"):
                 return out
-            if ch != ",":
-                self.pos -= 1
-                raise self.fail("expected ',' or ']'")
+
+    def member_ends(self, close: str) -> bool:
+        """Step over the ',' or ``close`` after a member; True when it was ``close``."""
+        ch = self.peek()
+        self.pos += 1
+        if ch == close:
+            return True
+        if ch != ",":
+            self.pos -= 1
+            raise self.fail(f"expected ',' or '{close}'")
+        return False
 
 
 def loads(body: bytes | bytearray | memoryview | str) -> Any:
@@ -231,6 +232,11 @@ def _list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise BodyFormatError(f"{what} must be a JSON array, got {type(value).__name__}")
     return value
+
+
+def _body_field(body: bytes, what: str, name: str) -> tuple[Any, str]:
+    """Field ``name`` of a body holding one JSON object, and the path errors name it by."""
+    return _object(loads(body), what).get(name), f"{what}.{name}"
 
 
 def _str(obj: Mapping[Any, Any], name: str, what: str, default: str | None = None) -> str:
@@ -436,9 +442,7 @@ def encode_lock_batch_response(locked: Iterable[MessageQueue]) -> bytes:
 
 def decode_lock_batch_response(body: bytes) -> set[MessageQueue]:
     """The queues a LOCK_BATCH_MQ response says are locked (LockBatchResponseBody)."""
-    what = "LockBatchResponseBody"
-    obj = _object(loads(body), what)
-    locked = _list(obj.get("lockOKMQSet"), f"{what}.lockOKMQSet")
+    locked = _list(*_body_field(body, "LockBatchResponseBody", "lockOKMQSet"))
     return {message_queue_from_json(m) for m in locked}
 
 
@@ -451,11 +455,10 @@ def encode_consumer_id_list(ids: Iterable[str]) -> bytes:
 
 def decode_consumer_id_list(body: bytes) -> list[str]:
     """GET_CONSUMER_LIST_BY_GROUP response body (GetConsumerListByGroupResponseBody)."""
-    what = "GetConsumerListByGroupResponseBody"
-    obj = _object(loads(body), what)
-    ids = _list(obj.get("consumerIdList"), f"{what}.consumerIdList")
+    value, path = _body_field(body, "GetConsumerListByGroupResponseBody", "consumerIdList")
+    ids = _list(value, path)
     if not all(isinstance(i, str) for i in ids):
-        raise BodyFormatError(f"{what}.consumerIdList must hold strings")
+        raise BodyFormatError(f"{path} must hold strings")
     return ids
 
 
@@ -468,9 +471,7 @@ def encode_reset_offset(offsets: Mapping[MessageQueue, int]) -> bytes:
 
 
 def decode_reset_offset(body: bytes) -> dict[MessageQueue, int]:
-    what = "ResetOffsetBody"
-    obj = _object(loads(body), what)
-    return _offset_map(obj.get("offsetTable"), f"{what}.offsetTable")
+    return _offset_map(*_body_field(body, "ResetOffsetBody", "offsetTable"))
 
 
 def encode_consumer_status(offsets: Mapping[MessageQueue, int]) -> bytes:
@@ -479,9 +480,7 @@ def encode_consumer_status(offsets: Mapping[MessageQueue, int]) -> bytes:
 
 
 def decode_consumer_status(body: bytes) -> dict[MessageQueue, int]:
-    what = "GetConsumerStatusBody"
-    obj = _object(loads(body), what)
-    return _offset_map(obj.get("messageQueueTable"), f"{what}.messageQueueTable")
+    return _offset_map(*_body_field(body, "GetConsumerStatusBody", "messageQueueTable"))
 
 
 # ----------------------------------------------------------------------------- consume directly

@@ -33,10 +33,7 @@ hosts are formatted once per distinct address, and properties stay raw text that
 from __future__ import annotations
 
 import enum
-import functools
 import importlib
-import ipaddress
-import socket
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
@@ -44,6 +41,7 @@ from typing import Any, NamedTuple
 
 from rmqk.errors import FrameError
 from rmqk.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Message, MessageExt
+from rmqk.plugins.remoting.hosts import HOST_TEXTS, BadHost, host_bytes, host_text
 from rmqk.uniq_id import create_uniq_id, uniq_id_timestamp
 
 __all__ = [
@@ -154,50 +152,6 @@ def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-# ----------------------------------------------------------------------------- hosts
-
-_host_texts: dict[bytes, str] = {}
-
-
-class _BadHost(Exception):
-    pass
-
-
-def _host_text(raw: bytes) -> str:
-    text = _host_texts.get(raw)
-    if text is None:
-        port = int.from_bytes(raw[-4:], "big", signed=True)
-        if not 0 <= port <= 0xFFFF:
-            # Java's InetSocketAddress refuses it, and so fails the whole record.
-            raise _BadHost(f"host port {port} is outside 0..65535")
-        if len(raw) == 8:
-            text = f"{socket.inet_ntoa(raw[:4])}:{port}"
-        else:
-            text = f"[{ipaddress.IPv6Address(raw[:16])}]:{port}"
-        if len(_host_texts) >= 4096:  # a bound, not an LRU: distinct hosts are few
-            _host_texts.clear()
-        _host_texts[raw] = text
-    return text
-
-
-@functools.lru_cache(maxsize=1024)
-def _host_bytes(host: str) -> bytes:
-    ip, sep, port_text = host.rpartition(":")
-    try:
-        if not sep:
-            raise ValueError("no port")
-        port = int(port_text)
-        if not 0 <= port <= 0xFFFF:
-            raise ValueError(f"port {port} out of range")
-        if ip.startswith("[") and ip.endswith("]"):
-            packed = ipaddress.IPv6Address(ip[1:-1]).packed
-        else:
-            packed = ipaddress.ip_address(ip).packed
-    except ValueError as exc:
-        raise ValueError(f"host {host!r} is not 'ip:port' or '[ipv6]:port': {exc}") from None
-    return packed + _I32.pack(port)
-
-
 # ----------------------------------------------------------------------------- compression
 
 
@@ -270,7 +224,7 @@ def _decode_records(
     ext = MessageExt
     unpack_v4 = _PREFIX_V4.unpack_from
     unpack_i16 = _I16.unpack_from
-    hosts = _host_texts
+    hosts = HOST_TEXTS
     v1 = MAGIC_CODE_V1
     minimum = _MIN_RECORD
     prefix_v4_size = _PREFIX_V4.size
@@ -362,12 +316,12 @@ def _decode_records(
             m.born_timestamp = born_timestamp
             if born_raw != last_born_raw:
                 last_born_raw = born_raw
-                last_born = hosts.get(born_raw) or _host_text(born_raw)
+                last_born = hosts.get(born_raw) or host_text(born_raw)
             m.born_host = last_born
             m.store_timestamp = store_timestamp
             if store_raw != last_store_raw:
                 last_store_raw = store_raw
-                last_store = hosts.get(store_raw) or _host_text(store_raw)
+                last_store = hosts.get(store_raw) or host_text(store_raw)
             m.store_host = last_store
             m.reconsume_times = reconsume_times
             m.prepared_transaction_offset = prepared_offset
@@ -381,7 +335,7 @@ def _decode_records(
             m._queue_bounds = None
             append(m)
             off = stop
-    except _BadHost as exc:
+    except BadHost as exc:
         raise _record_error(len(out), origin + off, str(exc)) from None
     except (struct.error, IndexError):
         # A read past the end of the buffer: the record is cut short.
@@ -480,8 +434,8 @@ def encode_stored_message(
     ``body_crc`` defaults to the broker's CRC of ``body``. Raises ValueError for
     a topic over 127 bytes (V1) or properties over 32767 bytes, as the broker does.
     """
-    born = _host_bytes(born_host)
-    store = _host_bytes(store_host)
+    born = host_bytes(born_host)
+    store = host_bytes(store_host)
     sys_flag &= ~_V6_FLAGS
     if len(born) == 20:
         sys_flag |= _BORN_V6

@@ -1,0 +1,300 @@
+"""The commands the kernel owns: ``plugins``, ``check``, ``run``, ``produce`` and ``bench``.
+
+They reach the CLI the way plugin commands do, through ``rmqk_register_commands``:
+this module is an essential plugin the plugin manager always registers (after
+the entry points, so ``RMQK_DISABLED_PLUGINS`` cannot drop it; naming it there
+is an error, as pytest refuses to disable its essential plugins). Its hook
+implementation runs last, so a plugin that takes one of these names is told
+that it clashes with a built-in command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import pluggy
+
+from rmqk.cli import Command, log_handler
+from rmqk.errors import PluginError, RmqkError
+from rmqk.hookspecs import Register, hookimpl
+
+__all__ = [
+    "BUILTIN_COMMANDS",
+    "PLUGIN_NAME",
+    "find_bench_dir",
+    "register_essential",
+    "rmqk_register_commands",
+    "run_bench",
+]
+
+log = logging.getLogger("rmqk.cli")
+
+# The name this module is registered under with the plugin manager.
+PLUGIN_NAME = "rmqk-builtins"
+
+
+def _cmd_plugins_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    import json
+
+    from rmqk.pluginmanager import get_plugin_manager, plugin_distribution, registries
+
+    pm = get_plugin_manager()
+    regs = registries()
+    plugins: list[dict[str, Any]] = []
+    for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
+        if plugin is None:
+            continue
+        dist = plugin_distribution(name)
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
+        plugins.append(
+            {
+                "name": name,
+                "distribution": dist.distribution if dist else None,
+                "version": dist.version if dist else None,
+                "module": getattr(plugin, "__name__", repr(plugin)),
+                "hooks": hooks,
+            }
+        )
+    kinds = {reg.kind: [{"name": e.name, "plugin": e.plugin} for e in reg] for reg in regs.all()}
+    if args.json:
+        print(json.dumps({"plugins": plugins, "registered": kinds}, indent=2))
+        return 0
+    print("Plugins:")
+    for p in plugins:
+        origin = (
+            f"{p['distribution']} {p['version']}"
+            if p["distribution"]
+            else "(not from a distribution)"
+        )
+        print(f"  {p['name']}  [{origin}]  {p['module']}")
+        for hook in p["hooks"]:
+            print(f"      {hook}")
+    print("Registered names:")
+    for kind, entries in kinds.items():
+        names = ", ".join(f"{e['name']} ({e['plugin']})" for e in entries) or "(none)"
+        print(f"  {kind}: {names}")
+    return 0
+
+
+def _cmd_check_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="+", help="TOML config file(s) composing consumers")
+    parser.add_argument(
+        "--json", action="store_true", help="print the resolved composition as JSON"
+    )
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from rmqk.config import announce_config, describe_config, load_config
+
+    status = 0
+    for path in args.config:
+        try:
+            config = load_config(path)
+            # Plugins validate their own tables (e.g. [acl]) when they receive the config.
+            announce_config(config)
+        except RmqkError as exc:
+            print(str(exc), file=sys.stderr)
+            status = 1
+            continue
+        print(describe_config(config, as_json=args.json))
+    return status
+
+
+def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="TOML config file composing consumers")
+    parser.add_argument(
+        "--consumer",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="run only this consumer table (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--no-summary",
+        dest="summary",
+        action="store_false",
+        help="no live summary line, even on a terminal",
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rmqk.config import load_config
+    from rmqk.runtime import install_stop_signals, run_config
+    from rmqk.summary_line import SummaryLine
+
+    config = load_config(args.config)
+    handler = log_handler()
+    on_terminal = args.summary and sys.stderr.isatty()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        tasks: list[asyncio.Task[None]] = []
+
+        def started(consumers: Sequence[Any]) -> None:
+            log.info("running %d consumer(s) from %s", len(consumers), args.config)
+            if not on_terminal:
+                return
+            print(
+                f"rmqk: running {len(consumers)} consumer(s) from {args.config}; Ctrl-C stops",
+                file=sys.stderr,
+            )
+            summary = SummaryLine(consumers, sys.stderr)
+            if handler is not None:
+                handler.setStream(summary.stream())
+            tasks.append(asyncio.get_running_loop().create_task(summary.run(stop)))
+
+        try:
+            await run_config(config, stop, args.consumer, started)
+        finally:
+            stop.set()
+            for task in tasks:
+                await task
+            if handler is not None:
+                handler.setStream(sys.stderr)
+
+    asyncio.run(main())
+    return 0
+
+
+def _cmd_produce_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namesrv", required=True, help="name server address(es), ';'-separated")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument(
+        "--count", type=int, default=1000, help="messages to generate (default 1000)"
+    )
+    parser.add_argument(
+        "--size", type=int, default=100, help="body size in bytes for generated messages"
+    )
+    parser.add_argument("--tags", default="", help="comma-separated tags, used round robin")
+    parser.add_argument("--group", default="rmqk-produce", help="producer group")
+    parser.add_argument(
+        "--stdin",
+        action="store_true",
+        help='read JSON lines from stdin: {"body": ..., "tags": ..., "keys": ..., '
+        '"properties": {...}}',
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1, help="messages per send (batch send when > 1)"
+    )
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from rmqk.engine.produce_tool import produce
+
+    return asyncio.run(produce(args))
+
+
+BUILTIN_COMMANDS: dict[str, Command] = {
+    "plugins": Command(
+        help="list installed plugins, their hooks and the names they register",
+        run=_cmd_plugins,
+        add_arguments=_cmd_plugins_args,
+        examples=("rmqk plugins", "rmqk plugins --json | jq '.registered.sink'"),
+    ),
+    "check": Command(
+        help="validate config files and print the consumers they compose",
+        run=_cmd_check,
+        add_arguments=_cmd_check_args,
+        examples=(
+            "rmqk check examples/jsonl.toml",
+            "rmqk check --json consumers.toml",
+            "rmqk check examples/*.toml",
+        ),
+    ),
+    "run": Command(
+        help="run the consumers a config file composes until SIGINT/SIGTERM",
+        run=_cmd_run,
+        add_arguments=_cmd_run_args,
+        examples=(
+            "rmqk run examples/jsonl.toml",
+            "rmqk run consumers.toml --consumer orders --log-level INFO",
+            "rmqk run consumers.toml --log-format json 2> consumer.log",
+        ),
+    ),
+    "produce": Command(
+        help="send test messages (generated, or JSON lines from stdin)",
+        run=_cmd_produce,
+        add_arguments=_cmd_produce_args,
+        examples=(
+            "rmqk produce --namesrv 127.0.0.1:9876 --topic Orders --count 10000 --tags TagA,TagB",
+            "cat events.jsonl | rmqk produce --namesrv 127.0.0.1:9876 --topic Orders --stdin",
+        ),
+    ),
+    "bench": Command(
+        help="run a benchmark scenario of a source checkout (same as python -m bench)",
+        description=(
+            "Runs the scenarios in bench/ of an rmqk source checkout: ceiling, consume, "
+            "latency, memory, rebalance, broker, spark-sink, spark-source. Run it from the "
+            "repository root (or below it); 'rmqk bench SCENARIO --help' lists a scenario's "
+            "options. Results are printed and appended to bench/results/results.jsonl."
+        ),
+        run=lambda args: run_bench(args.bench_args),
+        add_arguments=lambda parser: _bench_args(parser),
+        examples=(
+            "rmqk bench consume -n 200000 --size 100 -q 4",
+            "rmqk bench latency --rate 1000 --duration 30 --listener async",
+            "rmqk bench ceiling --namesrv 10.0.0.5:9876",
+        ),
+    ),
+}
+
+
+def _bench_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="SCENARIO [options]")
+
+
+def find_bench_dir(start: str | os.PathLike[str] | None = None) -> str | None:
+    """The source checkout holding bench/cli.py: ``start`` (default: cwd) or a parent."""
+    from pathlib import Path
+
+    here = Path(start if start is not None else os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "bench" / "cli.py").is_file() and (folder / "pyproject.toml").is_file():
+            return str(folder)
+    return None
+
+
+def run_bench(argv: Sequence[str]) -> int:
+    root = find_bench_dir()
+    if root is None:
+        raise RmqkError(
+            f"rmqk bench runs the benchmarks in bench/ of an rmqk source checkout, and "
+            f"{os.getcwd()} is not inside one: run it from the repository's directory"
+        )
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from importlib import import_module
+
+    bench_cli = import_module("bench.cli")
+    status: int = bench_cli.main(list(argv))
+    return status
+
+
+def register_essential(pm: pluggy.PluginManager) -> None:
+    """Register the built-in commands with ``pm``; they cannot be blocked."""
+    if pm.is_blocked(PLUGIN_NAME):
+        raise PluginError(
+            f"plugin {PLUGIN_NAME!r} holds rmqk's built-in commands and cannot be disabled "
+            "(remove it from RMQK_DISABLED_PLUGINS)"
+        )
+    pm.register(sys.modules[__name__], name=PLUGIN_NAME)
+
+
+@hookimpl(trylast=True)
+def rmqk_register_commands(register: Register) -> None:
+    for name, command in BUILTIN_COMMANDS.items():
+        try:
+            register(name, command)
+        except PluginError as exc:
+            raise PluginError(f"command {name!r} clashes with a built-in command ({exc})") from None

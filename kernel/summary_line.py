@@ -1,0 +1,116 @@
+"""The live summary line ``rmqk run`` draws on a terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from typing import IO, Any, cast
+
+from rmqk.aioutil import wait_event
+
+__all__ = ["SummaryLine"]
+
+log = logging.getLogger("rmqk.cli")
+
+
+class SummaryLine:
+    """One line on a terminal, redrawn every ``interval`` seconds, saying how each consumer does.
+
+    ``orders: 8 queues, 12,345 consumed (1,234/s), 0 failed, 32 cached, lag 1,200``.
+    Log records written to the same terminal first clear the line (see :meth:`stream`).
+    """
+
+    def __init__(
+        self,
+        consumers: Sequence[Any],
+        out: IO[str],
+        interval: float = 1.0,
+        lag_interval: float = 5.0,
+    ) -> None:
+        self.consumers = list(consumers)
+        self.out = out
+        self.interval = interval
+        self.lag_interval = lag_interval
+        self._shown = False
+        self._last: dict[str, tuple[float, int]] = {}
+        self._max_offsets: dict[str, dict[Any, int]] = {}
+
+    def render(self, now: float | None = None) -> str:
+        from rmqk.progress import snapshot
+
+        now = time.monotonic() if now is None else now
+        parts = []
+        for composed in self.consumers:
+            name = composed.spec.name
+            progress = snapshot(composed.consumer, self._max_offsets.get(name))
+            done = progress.consumed_ok
+            then, before = self._last.get(name, (now, done))
+            rate = (done - before) / (now - then) if now > then else 0.0
+            self._last[name] = (now, done)
+            lag = progress.lag
+            parts.append(
+                f"{name}: {len(progress.queues)} queues, {done:,} consumed ({rate:,.0f}/s), "
+                f"{progress.consumed_failed:,} failed, {progress.cached_messages:,} cached, "
+                f"lag {'?' if lag is None else f'{lag:,}'}"
+            )
+        return " | ".join(parts)
+
+    def draw(self, text: str) -> None:
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        if len(text) > width:
+            text = text[: max(width - 3, 0)] + "..."
+        self.out.write("\r\x1b[K" + text)
+        self.out.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+            self._shown = False
+
+    def _queues_changed(self) -> bool:
+        for composed in self.consumers:
+            held = set(composed.consumer.rebalance.process_queue_table)
+            if held != set(self._max_offsets.get(composed.spec.name, ())):
+                return True
+        return False
+
+    async def refresh_lag(self) -> None:
+        from rmqk.progress import fetch_max_offsets
+
+        for composed in self.consumers:
+            self._max_offsets[composed.spec.name] = await fetch_max_offsets(composed.consumer)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        next_lag = 0.0
+        try:
+            while not stop.is_set():
+                try:
+                    if time.monotonic() >= next_lag or self._queues_changed():
+                        await self.refresh_lag()
+                        next_lag = time.monotonic() + self.lag_interval
+                    self.draw(self.render())
+                except Exception:
+                    # The summary is a convenience: it must never take the consumers down.
+                    log.debug("summary line failed", exc_info=True)
+                await wait_event(stop, self.interval)
+        finally:
+            self.clear()
+
+    def stream(self) -> IO[str]:
+        """A stream for log records that clears the summary line before each record."""
+        summary = self
+
+        class _Clearing:
+            def write(self, text: str) -> int:
+                summary.clear()
+                return summary.out.write(text)
+
+            def flush(self) -> None:
+                summary.out.flush()
+
+        return cast(IO[str], _Clearing())

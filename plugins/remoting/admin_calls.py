@@ -1,0 +1,100 @@
+"""Admin calls of the ``tcp`` transport: queue offsets and times, a message by offset, topics.
+
+What Java's ``MQAdminImpl`` asks a broker, answered in kernel value types.
+"""
+
+from __future__ import annotations
+
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue
+from rmqk.plugins.remoting.message_codec import decode_messages
+from rmqk.plugins.remoting.replies import check_success, header_int, protocol_error
+from rmqk.plugins.remoting.rpc import RemotingClient
+from rmqk.protocol import RemotingCommand, RequestCode
+
+__all__ = ["AdminCalls"]
+
+# The topic whose settings a new topic copies (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC).
+_TBW102 = "TBW102"
+
+
+class AdminCalls(RemotingClient):
+    async def _queue_query(
+        self,
+        code: RequestCode,
+        addr: str,
+        mq: MessageQueue,
+        answer: str,
+        timeout_ms: int | None,
+        **extra: object,
+    ) -> int:
+        fields: dict[str, object] = {"topic": mq.topic, "queueId": mq.queue_id}
+        fields.update(extra)
+        fields["bname"] = mq.broker_name
+        response = await self.invoke(addr, RemotingCommand.request(code, fields), timeout_ms)
+        check_success(response, addr)
+        return header_int(response, answer, addr)
+
+    async def get_max_offset(
+        self, addr: str, mq: MessageQueue, timeout_ms: int | None = None
+    ) -> int:
+        return await self._queue_query(RequestCode.GET_MAX_OFFSET, addr, mq, "offset", timeout_ms)
+
+    async def get_min_offset(
+        self, addr: str, mq: MessageQueue, timeout_ms: int | None = None
+    ) -> int:
+        return await self._queue_query(RequestCode.GET_MIN_OFFSET, addr, mq, "offset", timeout_ms)
+
+    async def search_offset(
+        self, addr: str, mq: MessageQueue, timestamp_ms: int, timeout_ms: int | None = None
+    ) -> int:
+        return await self._queue_query(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            addr,
+            mq,
+            "offset",
+            timeout_ms,
+            timestamp=timestamp_ms,
+        )
+
+    async def get_earliest_msg_store_time(
+        self, addr: str, mq: MessageQueue, timeout_ms: int | None = None
+    ) -> int:
+        return await self._queue_query(
+            RequestCode.GET_EARLIEST_MSG_STORETIME, addr, mq, "timestamp", timeout_ms
+        )
+
+    async def view_message(
+        self, addr: str, commit_log_offset: int, timeout_ms: int | None = None
+    ) -> MessageExt:
+        cmd = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": commit_log_offset})
+        response = await self.invoke(addr, cmd, timeout_ms)
+        check_success(response, addr)
+        messages = decode_messages(response.body, self.broker_name_of(addr))
+        if not messages:
+            raise protocol_error(addr, response.code, "VIEW_MESSAGE_BY_ID answer holds no message")
+        return messages[0]
+
+    async def create_topic(
+        self,
+        addr: str,
+        topic: str,
+        read_queue_nums: int = 4,
+        write_queue_nums: int = 4,
+        perm: int = 6,
+        timeout_ms: int | None = None,
+    ) -> None:
+        cmd = RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": topic,
+                "defaultTopic": _TBW102,
+                "readQueueNums": read_queue_nums,
+                "writeQueueNums": write_queue_nums,
+                "perm": perm,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": False,
+            },
+        )
+        check_success(await self.invoke(addr, cmd, timeout_ms), addr)

@@ -1,0 +1,104 @@
+"""Name server calls of the ``tcp`` transport: the address list, failover, routes.
+
+Requests stick to one name server until it fails; then the next one in the
+(shuffled) list is tried, each at most once per call, as Java's
+``NettyRemotingClient`` does. Routes fetched here also teach the client which
+broker name each broker address has (the messages of a pull carry it).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from rmqk.errors import BrokerError, RemotingConnectError, RemotingError
+from rmqk.model import TopicRouteData
+from rmqk.plugins.remoting.namesrv import decode_topic_route
+from rmqk.plugins.remoting.rpc import RemotingClient
+from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.transport import TransportConfig
+
+__all__ = ["NameServerCalls"]
+
+log = logging.getLogger("rmqk.remoting")
+
+
+class NameServerCalls(RemotingClient):
+    def __init__(self, config: TransportConfig, hook: Any | None = None) -> None:
+        super().__init__(config, hook)
+        self._namesrv_addrs: list[str] = []
+        self._namesrv_index = -1
+        self._namesrv_chosen: str | None = None
+        self.update_namesrv_addrs(config.namesrv_addrs)
+
+    @property
+    def namesrv_addrs(self) -> tuple[str, ...]:
+        return tuple(self._namesrv_addrs)
+
+    @property
+    def chosen_namesrv(self) -> str | None:
+        """The name server requests stick to until it fails."""
+        return self._namesrv_chosen
+
+    def update_namesrv_addrs(self, addrs: Iterable[str]) -> None:
+        """Replace the name server list when its set of addresses changed; the new
+        list is shuffled, so clients spread over the name servers (Java does the same)."""
+        new = []
+        for addr in addrs:
+            for part in addr.split(";"):
+                if part.strip() and part.strip() not in new:
+                    new.append(part.strip())
+        if not new or set(new) == set(self._namesrv_addrs):
+            return
+        random.shuffle(new)
+        self._namesrv_addrs = new
+        if self._namesrv_chosen not in new:
+            self._namesrv_chosen = None
+
+    def _choose_namesrv(self) -> str:
+        addrs = self._namesrv_addrs
+        if self._namesrv_chosen is not None and self._namesrv_chosen in addrs:
+            return self._namesrv_chosen
+        self._namesrv_index = (self._namesrv_index + 1) % len(addrs)
+        self._namesrv_chosen = addrs[self._namesrv_index]
+        return self._namesrv_chosen
+
+    async def invoke_namesrv(
+        self, make_request: Callable[[], RemotingCommand], timeout_ms: int | None = None
+    ) -> tuple[str, RemotingCommand]:
+        """Send to the chosen name server; on connection trouble or a timeout, move
+        to the next one, trying each at most once. Returns (address, response)."""
+        if not self._namesrv_addrs:
+            raise RemotingConnectError("no name server address is configured (namesrv_addrs)")
+        failure: RemotingError | None = None
+        for _ in range(len(self._namesrv_addrs)):
+            addr = self._choose_namesrv()
+            try:
+                return addr, await self.invoke(addr, make_request(), timeout_ms)
+            except RemotingError as exc:
+                log.warning("name server %s failed, trying the next one: %s", addr, exc)
+                failure = exc
+                if self._namesrv_chosen == addr:
+                    self._namesrv_chosen = None
+        assert failure is not None
+        raise failure
+
+    async def get_route(self, topic: str, timeout_ms: int | None = None) -> TopicRouteData | None:
+        def make() -> RemotingCommand:
+            return RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                {"topic": topic, "acceptStandardJsonOnly": True},
+            )
+
+        addr, response = await self.invoke_namesrv(make, timeout_ms)
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if response.code != ResponseCode.SUCCESS or not response.body:
+            raise BrokerError(response.code, response.remark, addr)
+        route = decode_topic_route(response.body)
+        for broker in route.broker_datas:
+            for broker_addr in broker.broker_addrs.values():
+                self._broker_names[broker_addr] = broker.broker_name
+        return route

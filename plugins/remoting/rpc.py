@@ -1,0 +1,171 @@
+"""What every call of the ``tcp`` transport goes through: connections, RPC hooks, raw calls.
+
+:class:`RemotingClient` owns the :class:`~rmqk.plugins.remoting.connection.ConnectionPool`
+(opened on first use), runs the RPC hooks exactly where Java's NettyRemotingClient
+calls its RPCHook (``rmqk_before_request`` before every request sent,
+``rmqk_after_response`` after a sync call's response arrived), and remembers
+which broker name the routes seen so far give each address. The calls grouped by
+role (name server, consumer, producer, admin) are mixins over it, and
+``TcpTransport`` composes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rmqk.errors import ConfigError, RemotingConnectError
+from rmqk.plugins.remoting.connection import Connection, ConnectionPool
+from rmqk.plugins.remoting.frame import SerializeType
+from rmqk.plugins.remoting.inbound import serve
+from rmqk.plugins.remoting.tls import client_ssl_context, server_hostname
+from rmqk.protocol import RemotingCommand
+from rmqk.transport import InboundHandler, TransportConfig
+
+__all__ = ["CLOSE_SOCKET_IF_TIMEOUT", "RemotingClient"]
+
+# TransportConfig.options key: close a connection when a sync call on it times out.
+CLOSE_SOCKET_IF_TIMEOUT = "client_close_socket_if_timeout"
+
+
+def _serialize_type(name: str) -> SerializeType:
+    try:
+        return SerializeType[name.strip().upper()]
+    except KeyError:
+        raise ConfigError(f"serialize_type {name!r} is not one of JSON, ROCKETMQ") from None
+
+
+def _close_socket_if_timeout(config: TransportConfig) -> bool:
+    value = config.options.get(CLOSE_SOCKET_IF_TIMEOUT, True)
+    if not isinstance(value, bool):
+        raise ConfigError(
+            f"transport option {CLOSE_SOCKET_IF_TIMEOUT} must be true or false, got {value!r}"
+        )
+    return value
+
+
+class RemotingClient:
+    """Connections, hooks and raw calls; ``timeout_ms=None`` means ``config.request_timeout_ms``."""
+
+    def __init__(self, config: TransportConfig, hook: Any | None = None) -> None:
+        self.config = config
+        self._hook = hook
+        self._serialize_type = _serialize_type(config.serialize_type)
+        self._ssl = client_ssl_context(config.tls)
+        self._close_socket_if_timeout = _close_socket_if_timeout(config)
+        self._handler: InboundHandler | None = None
+        self._pool: ConnectionPool | None = None
+        self._closed = False
+        self._broker_names: dict[str, str] = {}
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        self._ensure_pool()
+
+    def _ensure_pool(self) -> ConnectionPool:
+        if self._closed:
+            raise RemotingConnectError("the tcp transport is closed")
+        if self._pool is None:
+            tls = self.config.tls
+            self._pool = ConnectionPool(
+                connect_timeout_ms=self.config.connect_timeout_ms,
+                channel_max_idle_s=self.config.channel_max_idle_s,
+                async_permits=self.config.async_permits,
+                oneway_permits=self.config.oneway_permits,
+                serialize_type=self._serialize_type,
+                ssl_context=self._ssl,
+                tls_server_hostname=lambda host: server_hostname(tls, host),
+                on_request=self._on_request,
+                close_socket_if_timeout=self._close_socket_if_timeout,
+            )
+        return self._pool
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The connections (started on first use)."""
+        return self._ensure_pool()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            await self._pool.close()
+
+    def set_inbound_handler(self, handler: InboundHandler | None) -> None:
+        self._handler = handler
+
+    # -- the broker names routes give addresses
+
+    def broker_name_of(self, addr: str) -> str:
+        """The broker name the routes seen so far give ``addr`` ("" when unknown)."""
+        return self._broker_names.get(addr, "")
+
+    # -- hooks
+
+    def before_request(self, addr: str, request: RemotingCommand) -> None:
+        if self._hook is not None:
+            self._hook.rmqk_before_request(address=addr, request=request)
+
+    def after_response(
+        self, addr: str, request: RemotingCommand, response: RemotingCommand | None
+    ) -> None:
+        if self._hook is not None:
+            self._hook.rmqk_after_response(address=addr, request=request, response=response)
+
+    # -- raw calls
+
+    def _timeout(self, timeout_ms: int | None) -> int:
+        return self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+
+    async def invoke(
+        self, addr: str, request: RemotingCommand, timeout_ms: int | None = None
+    ) -> RemotingCommand:
+        """Send ``request`` and wait for the response (invokeSync)."""
+        return await self._call(addr, request, timeout_ms, swept=False)
+
+    async def invoke_swept(
+        self, addr: str, request: RemotingCommand, timeout_ms: int | None
+    ) -> RemotingCommand:
+        """invokeSync without a timer of its own: the pool's sweep enforces the timeout,
+        and a timeout leaves the connection open (what Java's invokeAsync pulls get)."""
+        return await self._call(addr, request, timeout_ms, swept=True)
+
+    async def _call(
+        self, addr: str, request: RemotingCommand, timeout_ms: int | None, *, swept: bool
+    ) -> RemotingCommand:
+        pool = self._ensure_pool()
+        send = pool.request_swept if swept else pool.request
+        self.before_request(addr, request)
+        response = await send(addr, request, self._timeout(timeout_ms))
+        self.after_response(addr, request, response)
+        return response
+
+    async def invoke_async(
+        self, addr: str, request: RemotingCommand, timeout_ms: int | None = None
+    ) -> asyncio.Future[RemotingCommand]:
+        """Send ``request`` now and return the future of its response (invokeAsync).
+
+        Holds one of ``async_permits`` until the future is done; a request with no
+        response is failed by the sweep within a second after its timeout.
+        """
+        pool = self._ensure_pool()
+        self.before_request(addr, request)
+        return await pool.request_async(addr, request, self._timeout(timeout_ms))
+
+    async def invoke_oneway(
+        self, addr: str, request: RemotingCommand, timeout_ms: int | None = None
+    ) -> None:
+        """Send ``request`` flagged oneway; no response comes (invokeOneway)."""
+        pool = self._ensure_pool()
+        self.before_request(addr, request)
+        await pool.oneway(addr, request, self._timeout(timeout_ms))
+
+    # -- requests brokers send us
+
+    def _on_request(self, conn: Connection, cmd: RemotingCommand, st: SerializeType) -> None:
+        # Each request runs as its own task: a slow handler (a reset sleeps for
+        # seconds in Java) must hold up neither the read loop nor other requests.
+        assert self._pool is not None
+        self._pool.spawn(serve(self, self._handler, conn, cmd, st), name=f"rmqk-inbound-{cmd.code}")
