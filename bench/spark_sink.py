@@ -29,6 +29,7 @@ from bench.cluster import Cluster
 from bench.harness import Result, at_least
 from bench.load import ConsumeRun, consume_all, fill_topic, unique
 from bench.sparkbench import Pending, key_values, require_pyspark
+from rmqk.contracts import BufferedSink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import RmqkError
 from rmqk.message import MessageExt
@@ -110,8 +111,7 @@ async def sink_run(
         if count[0] >= expected:
             done.set()
 
-    submit = getattr(sink, "submit", None)
-    if await_write or not callable(submit):
+    if await_write or not isinstance(sink, BufferedSink):
 
         async def deliver(msgs: list[MessageExt], context: Any) -> Any:
             await sink.write(context.queue, msgs)
@@ -120,7 +120,7 @@ async def sink_run(
     else:
 
         async def deliver(msgs: list[MessageExt], context: Any) -> Any:
-            future: asyncio.Future[None] = submit(context.queue, msgs)
+            future: asyncio.Future[None] = sink.submit(context.queue, msgs)
             n = len(msgs)
             # Counted when the flush commits, as the consumer's acknowledgement is.
             future.add_done_callback(
@@ -210,9 +210,8 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
     own_out = args.out is None
     out = Path(args.out or tempfile.mkdtemp(prefix="rmqk-bench-sink-"))
     extra = {k: _scalar(v) for k, v in key_values(args.sink_option).items()}
-    window = getattr(
-        registries().sinks.create("spark", {"path": str(out), **extra}), "window_rows", 0
-    )
+    made = registries().sinks.create("spark", {"path": str(out), **extra})
+    window = made.window_rows if isinstance(made, BufferedSink) else 0
     if window and not args.no_widen:
         options = widened(options, window, set(consumer_extra))
     try:

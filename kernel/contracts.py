@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -18,6 +19,7 @@ __all__ = [
     "AllocationStrategy",
     "BrokerClient",
     "BrokerOffsetStore",
+    "BufferedSink",
     "OffsetStore",
     "OffsetStoreContext",
     "ReadOffsetType",
@@ -116,14 +118,8 @@ class Sink(Protocol):
     ``write`` returns only when the batch is durable in the sink (or raises);
     the consumer acknowledges the batch, and offsets move, only after that. A
     sink that groups many batches into one write (group commit) awaits the flush
-    that covers the batch before returning.
-
-    Such a sink may also offer ``submit(queue, messages) -> asyncio.Future``,
-    which buffers the batch and returns at once with the future of that flush,
-    and a ``window_rows`` attribute, the messages it wants in flight for its
-    flushes to fill: a composed consumer then acknowledges each batch when its
-    future resolves, without a worker waiting, and widens its flow control to
-    that window (see :func:`rmqk.runtime.widen_for_sink`).
+    that covers the batch before returning. Such a sink can also be a
+    :class:`BufferedSink`.
     """
 
     async def start(self) -> None: ...
@@ -131,3 +127,27 @@ class Sink(Protocol):
     async def write(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class BufferedSink(Sink, Protocol):
+    """A group-commit sink's optional capabilities, checked with ``isinstance``.
+
+    A composed consumer delivers to such a sink with ``submit`` and acknowledges
+    each batch when its future resolves, with no consume worker waiting
+    meanwhile, and widens its flow control to ``window_rows`` (see
+    :func:`rmqk.runtime.widen_for_sink`).
+    """
+
+    @property
+    def window_rows(self) -> int:
+        """Messages the sink wants in flight for its flushes to fill; 0: no preference."""
+        ...
+
+    def submit(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> asyncio.Future[None]:
+        """Buffer the batch and return at once the future of the flush that covers it.
+
+        The future resolves once that flush is durable and fails with its error;
+        cancelling it withdraws the batch if no flush has taken it yet.
+        """
+        ...

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from rmqk.config import Config, ConsumerSpec, announce_config
-from rmqk.contracts import Sink
+from rmqk.contracts import BufferedSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import ClientError
 from rmqk.logsetup import log_context
@@ -36,21 +36,21 @@ class ComposedConsumer:
         self.spec = spec
         self.sink: Sink = registries().sinks.create(spec.sink, spec.sink_options)
         options = spec.options
-        window = getattr(self.sink, "window_rows", None)
-        if isinstance(window, int) and window > 0:
-            options = widen_for_sink(options, window, spec.from_file)
+        sink = self.sink
+        if isinstance(sink, BufferedSink) and sink.window_rows > 0:
+            options = widen_for_sink(options, sink.window_rows, spec.from_file)
         self.consumer = AsyncPushConsumer(spec.group, options)
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
-        sink = self.sink
-        submit = getattr(sink, "submit", None)
 
-        if callable(submit):
+        if isinstance(sink, BufferedSink):
             # Group-commit sinks: the batch is acknowledged when its flush commits, and
             # no concurrent consume worker waits for that meanwhile (orderly
             # consumption awaits the future in place, keeping each queue's order).
+            buffered = sink
+
             async def deliver_later(messages: list[MessageExt], context: Any) -> Any:
-                return submit(context.queue, messages)
+                return buffered.submit(context.queue, messages)
 
             self.consumer.register_listener(deliver_later)
         else:

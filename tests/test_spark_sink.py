@@ -25,16 +25,14 @@ import pytest
 from rmqk.errors import ConfigError
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
-from rmqk.plugins.spark.commitlog import (
+from rmqk.plugins.sinks.commitlog import (
     CommitEntry,
     CommitLog,
-    OffsetIndex,
-    OffsetRange,
     StagingArea,
     control_dir,
     data_files,
-    ranges_of,
 )
+from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
 from rmqk.plugins.spark.options import parse_sink_options
 
 pytestmark = pytest.mark.timeout(600)
@@ -587,7 +585,7 @@ if stage != "none":
     OutputWriter._stage_hook = pause_for_the_kill
 
 from rmqk.config import load_config
-from rmqk.plugins.spark.commitlog import CommitLog, control_dir
+from rmqk.plugins.sinks.commitlog import CommitLog, control_dir
 from rmqk.runtime import ComposedConsumer
 
 

@@ -1,22 +1,21 @@
 """The ``jsonl`` sink: append one JSON object per message to a file.
 
-Writes are group-committed: batches that arrive while a flush is running wait
-for the next one, and every flush ends with fsync, so ``write`` returns only
-when its lines are on disk (and the consumer acknowledges only then).
+Writes are group-committed (:mod:`rmqk.plugins.sinks.groupcommit`): a flush
+starts as soon as a batch waits, batches that arrive while it runs wait for
+the next one, and every flush ends with fsync, so a batch is acknowledged only
+when its lines are on disk.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rmqk.errors import ConfigError, ConfigProblem
-from rmqk.message import MessageExt
-from rmqk.model import MessageQueue
+from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.records import BODY_FORMATS, message_record
 
 __all__ = ["JsonlSink"]
@@ -24,7 +23,9 @@ __all__ = ["JsonlSink"]
 _KEYS = {"path", "fsync", "body_format"}
 
 
-class JsonlSink:
+class JsonlSink(GroupCommitSink):
+    sink_name: ClassVar[str] = "jsonl"
+
     def __init__(self, options: Mapping[str, Any]) -> None:
         problems = [
             ConfigProblem(
@@ -63,56 +64,30 @@ class JsonlSink:
         self.path = Path(str(path))
         self.body_format = str(body_format)
         self.fsync = bool(fsync)
-        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
-        self._flushing: asyncio.Task[None] | None = None
         self._fd: int | None = None
-        self.rows_written = 0
+        # No row or byte limit and no wait: each flush takes whatever is waiting.
+        super().__init__(FlushTriggers(), target=str(self.path))
 
-    async def start(self) -> None:
+    def open_output(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    async def write(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
-        if self._fd is None:
-            await self.start()
+    def write_batch(self, flush: Flush) -> int:
+        assert self._fd is not None
         data = b"".join(
             json.dumps(message_record(queue, m, self.body_format), ensure_ascii=False).encode()
             + b"\n"
+            for queue, messages in flush.batches
             for m in messages
         )
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((data, fut))
-        if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.get_running_loop().create_task(self._flush_all())
-        await fut
-        self.rows_written += len(messages)
-
-    async def _flush_all(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                await asyncio.to_thread(self._write_sync, b"".join(d for d, _ in batch))
-            except Exception as exc:
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_result(None)
-
-    def _write_sync(self, data: bytes) -> None:
-        assert self._fd is not None
         view = memoryview(data)
         while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+            view = view[os.write(self._fd, view) :]
         if self.fsync:
             os.fsync(self._fd)
+        return flush.rows
 
-    async def close(self) -> None:
-        if self._flushing is not None:
-            await self._flushing
+    def close_output(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

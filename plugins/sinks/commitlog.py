@@ -1,7 +1,9 @@
-"""The exactly-once mode's commit log and staged files, beside the output.
+"""A commit log and staged files beside a directory output, for exactly-once file sinks.
 
-Layout under the output directory (Spark's readers skip names starting with
-``_``, so none of it shows up in the data)::
+A sink on :class:`~rmqk.plugins.sinks.groupcommit.GroupCommitSink` that writes
+files (the ``spark`` sink's Parquet) commits each flush with this log. Layout
+under the output directory (Spark's readers skip names starting with ``_``, so
+none of it shows up in the data)::
 
     <path>/_rmqk/commits.log               one line per committed flush
     <path>/_rmqk/owners/<owner>.lock       held (flock) by a live writer
@@ -18,10 +20,9 @@ a crash:
   idempotent per file), and the messages consumed again are skipped because
   the log covers their (topic, broker, queue, offset).
 
-A log line records, per consumed batch, the queue and the first and last
-offset of that batch. Offsets between the two that the batch lacks were
-filtered out by the subscription, so the same subscription skips them again;
-a replay after changing the subscription does not bring them back.
+A log line records the flush's offset ranges
+(:class:`~rmqk.plugins.sinks.offsetranges.OffsetRange`); a replay after
+changing the subscription does not bring back offsets it filtered out.
 
 Each line is ``<crc32 hex> <json>``, preceded by a newline so a torn line from
 a crash never merges with the next one; lines that do not check out are
@@ -30,7 +31,6 @@ ignored.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import fcntl
 import json
@@ -39,44 +39,30 @@ import os
 import shutil
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 
 from rmqk.errors import RmqkError
+from rmqk.plugins.sinks.offsetranges import OffsetRange
 
 __all__ = [
     "CommitEntry",
     "CommitLog",
-    "OffsetIndex",
-    "OffsetRange",
     "StagingArea",
     "control_dir",
+    "data_files",
+    "now_ms",
 ]
 
-log = logging.getLogger("rmqk.plugins.spark.commitlog")
+log = logging.getLogger("rmqk.plugins.sinks.commitlog")
 
 CONTROL_DIR = "_rmqk"
 
 
 def control_dir(output: str | os.PathLike[str]) -> Path:
     return Path(output) / CONTROL_DIR
-
-
-@attrs.frozen
-class OffsetRange:
-    """Offsets ``first``..``last`` (both included) of one queue."""
-
-    topic: str
-    broker: str
-    queue_id: int
-    first: int
-    last: int
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.topic, self.broker, self.queue_id)
 
 
 @attrs.frozen
@@ -121,49 +107,6 @@ class CommitEntry:
             ),
             time_ms=int(data.get("time", 0)),
         )
-
-
-class OffsetIndex:
-    """Which offsets of which queues are committed: merged, sorted intervals per queue."""
-
-    def __init__(self) -> None:
-        self._starts: dict[tuple[str, str, int], list[int]] = {}
-        self._ends: dict[tuple[str, str, int], list[int]] = {}
-
-    def add(self, r: OffsetRange) -> None:
-        starts = self._starts.setdefault(r.key, [])
-        ends = self._ends.setdefault(r.key, [])
-        first, last = r.first, r.last
-        # Merge with every interval that overlaps or touches [first, last].
-        i = bisect.bisect_left(ends, first - 1)
-        j = i
-        while j < len(starts) and starts[j] <= last + 1:
-            first = min(first, starts[j])
-            last = max(last, ends[j])
-            j += 1
-        starts[i:j] = [first]
-        ends[i:j] = [last]
-
-    def covers(self, topic: str, broker: str, queue_id: int, offset: int) -> bool:
-        starts = self._starts.get((topic, broker, queue_id))
-        if not starts:
-            return False
-        i = bisect.bisect_right(starts, offset) - 1
-        return i >= 0 and self._ends[(topic, broker, queue_id)][i] >= offset
-
-    def overlaps(self, topic: str, broker: str, queue_id: int, first: int, last: int) -> bool:
-        starts = self._starts.get((topic, broker, queue_id))
-        if not starts:
-            return False
-        i = bisect.bisect_right(starts, last) - 1
-        return i >= 0 and self._ends[(topic, broker, queue_id)][i] >= first
-
-    def intervals(self, topic: str, broker: str, queue_id: int) -> list[tuple[int, int]]:
-        key = (topic, broker, queue_id)
-        return list(zip(self._starts.get(key, []), self._ends.get(key, []), strict=True))
-
-    def queues(self) -> list[tuple[str, str, int]]:
-        return sorted(self._starts)
 
 
 class CommitLog:
@@ -381,25 +324,6 @@ class StagingArea:
                 len(discarded),
             )
         return ReconcileReport(tuple(published), tuple(discarded))
-
-
-def ranges_of(batches: Iterable[tuple[str, str, int, int, int]]) -> tuple[OffsetRange, ...]:
-    """Offset ranges from ``(topic, broker, queue_id, first, last)``, touching ones merged."""
-    by_queue: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
-    for topic, broker, qid, first, last in batches:
-        by_queue.setdefault((topic, broker, qid), []).append((first, last))
-    out: list[OffsetRange] = []
-    for (topic, broker, qid), spans in sorted(by_queue.items()):
-        spans.sort()
-        cur_first, cur_last = spans[0]
-        for first, last in spans[1:]:
-            if first <= cur_last + 1:
-                cur_last = max(cur_last, last)
-            else:
-                out.append(OffsetRange(topic, broker, qid, cur_first, cur_last))
-                cur_first, cur_last = first, last
-        out.append(OffsetRange(topic, broker, qid, cur_first, cur_last))
-    return tuple(out)
 
 
 def now_ms() -> int:

@@ -1,0 +1,546 @@
+"""The group-commit base a sink that writes rows builds on.
+
+A sink subclasses :class:`GroupCommitSink` and implements one method,
+:meth:`~GroupCommitSink.write_batch`, which writes a :class:`Flush` (many
+consumed batches, from many queues) durably. The base does the rest:
+
+* ``submit(queue, messages)`` buffers a batch and returns at once the future of
+  the flush that covers it; ``write`` awaits that future. The future resolves
+  (and the consumer acknowledges, and offsets move) only once the flush has
+  been written; if the write fails, every batch in it fails and the consumer
+  retries them. Cancelling the future withdraws a batch no flush has taken yet.
+* A flush is due when the buffer holds ``rows`` rows or ``bytes`` body bytes
+  (:class:`FlushTriggers`), or its oldest batch is ``seconds`` old, whichever
+  comes first; it takes batches up to ``rows`` / ``bytes`` and the rest is the
+  next flush. Writes run in a worker thread, one at a time, while the event
+  loop keeps buffering.
+* With ``exactly_once`` the base skips the messages already committed and hands
+  the flush its offset ranges (:attr:`Flush.ranges`); the sink commits those
+  ranges in the same atomic step as the rows, and reads them back with
+  :meth:`~GroupCommitSink.committed_ranges`. A crash at any moment then neither
+  loses a message (it was not acknowledged, so it comes again) nor writes one
+  twice (its offset is committed, so it is skipped).
+
+A composed consumer (``rmqk run``) delivers with ``submit``, so no consume
+worker waits on a flush, and widens its flow control to ``window_rows``: two
+flushes' worth, one being written while the next fills (see
+:class:`rmqk.contracts.BufferedSink`).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import ClassVar
+
+import attrs
+
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue
+from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
+
+__all__ = ["CommitRaced", "Flush", "FlushStats", "FlushTriggers", "GroupCommitSink"]
+
+log = logging.getLogger("rmqk.plugins.sinks.groupcommit")
+
+# A flush whose commit loses a race with another writer is re-filtered and written again
+# this often.
+_COMMIT_ATTEMPTS = 5
+
+
+@attrs.frozen
+class FlushTriggers:
+    """When a flush is due. ``rows`` or ``bytes`` of 0 set no limit of that kind."""
+
+    rows: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+@attrs.frozen
+class Flush:
+    """What one call of :meth:`GroupCommitSink.write_batch` writes."""
+
+    # (queue, messages) per consumed batch; with exactly_once each message once and
+    # none already committed.
+    batches: tuple[tuple[MessageQueue, Sequence[MessageExt]], ...]
+    # exactly_once only: the offsets to commit together with the rows.
+    ranges: tuple[OffsetRange, ...] = ()
+    # What GroupCommitSink.prepare built for this flush on the event loop, if anything.
+    prepared: object = None
+
+    @property
+    def rows(self) -> int:
+        return sum(len(messages) for _, messages in self.batches)
+
+
+class CommitRaced(Exception):
+    """Another writer committed some of a flush's messages while it was being written."""
+
+    def __init__(self, rows: int) -> None:
+        super().__init__(f"{rows} rows were committed by another writer meanwhile")
+        self.rows = rows
+
+
+@attrs.define
+class FlushStats:
+    """What a writer has done, for reports and tests."""
+
+    flushes: int = 0
+    rows_written: int = 0
+    rows_skipped: int = 0
+    batches: int = 0
+    failed_flushes: int = 0
+    seconds_writing: float = 0.0
+    last_flush_rows: int = 0
+    first_write_at: float | None = None
+    last_flush_at: float | None = None
+
+
+class _Pending:
+    __slots__ = ("at", "bytes", "future", "messages", "queue")
+
+    def __init__(
+        self,
+        queue: MessageQueue,
+        messages: Sequence[MessageExt],
+        future: asyncio.Future[None],
+        at: float,
+    ) -> None:
+        self.queue = queue
+        self.messages = messages
+        self.future = future
+        self.at = at
+        self.bytes = sum(len(m.body) for m in messages)
+
+
+class GroupCommitSink(abc.ABC):
+    """Buffering, flush triggers, per-batch futures and exactly-once filtering for a sink."""
+
+    # The sink's registered name, for log lines and errors.
+    sink_name: ClassVar[str] = "group-commit"
+    # True: the next flush is prepared (prepare, on the event loop) while the previous one
+    # is written. Only worth it when prepare does real work; not with exactly_once.
+    overlap_flushes: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        triggers: FlushTriggers,
+        *,
+        target: str,
+        exactly_once: bool = False,
+        stats: FlushStats | None = None,
+    ) -> None:
+        self.triggers = triggers
+        self.target = target
+        self.exactly_once = exactly_once
+        self.stats = stats if stats is not None else FlushStats()
+        self._max_rows = triggers.rows or 2**62
+        self._max_bytes = triggers.bytes or 2**62
+        # An ordered set: a cancelled batch leaves it in O(1).
+        self._pending: dict[_Pending, None] = {}
+        self._rows = 0
+        self._bytes = 0
+        self._first_at = 0.0
+        self._last_write_at = 0.0
+        self._hinted = False
+        self._starved = 0
+        self._kick = asyncio.Event()
+        self._has_data = asyncio.Event()
+        self._closing = False
+        self._flusher: asyncio.Task[None] | None = None
+        self._started = False
+        self._start_lock = asyncio.Lock()
+        self._index = OffsetIndex()
+
+    # -- what a sink implements ------------------------------------------------------
+
+    @abc.abstractmethod
+    def write_batch(self, flush: Flush) -> int:
+        """Write ``flush`` durably and return the rows written; runs in a worker thread.
+
+        Raising fails every batch of the flush (the consumer retries them). With
+        ``exactly_once``, commit ``flush.ranges`` in the same atomic step as the
+        rows, and call :meth:`claim` just before, holding whatever makes that step
+        exclusive among writers.
+        """
+
+    def committed_ranges(self) -> Iterable[OffsetRange]:
+        """Exactly once: the ranges committed since the last call (all, on the first).
+
+        Runs in a worker thread before each flush, so commits by other writers
+        of the same output (other processes) are seen too.
+        """
+        raise NotImplementedError(f"the {self.sink_name} sink has no exactly-once mode")
+
+    def open_output(self) -> None:
+        """Open what the writes need (worker thread, once, at start)."""
+        return None
+
+    def close_output(self) -> None:
+        """Release it (worker thread, once, after the last flush)."""
+        return None
+
+    async def prepare(self, flush: Flush) -> Flush:
+        """With ``overlap_flushes``: build on the event loop what ``write_batch`` writes."""
+        return flush
+
+    # -- what a sink calls -----------------------------------------------------------
+
+    def claim(self, flush: Flush, committed_meanwhile: Iterable[OffsetRange]) -> None:
+        """Raise :class:`CommitRaced` if ``committed_meanwhile`` covers rows of ``flush``.
+
+        Exactly once: called by ``write_batch`` right before its commit, with the
+        ranges committed since the last look, read under the lock that makes the
+        commit exclusive. The base then filters the flush again and retries.
+        """
+        self._absorb(committed_meanwhile)
+        _, raced = self._keep(flush.batches)
+        if raced:
+            raise CommitRaced(raced)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def window_rows(self) -> int:
+        """Rows a consumer should keep in flight: one flush being written, the next filling.
+
+        Two flushes of ``rows``; with smaller windows flushes wait for the timer.
+        ``bytes`` needs no rows of its own: with large bodies it is reached first.
+        0 (no preference) when flushes have no row limit.
+        """
+        return 2 * self.triggers.rows
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._started:
+                return
+            await asyncio.to_thread(self.open_output)
+            self._closing = False
+            self._flusher = asyncio.get_running_loop().create_task(
+                self._flush_loop(), name=f"rmqk-{self.sink_name}-flush {self.target}"
+            )
+            self._flusher.add_done_callback(self._flusher_done)
+            self._started = True
+
+    def _flusher_done(self, task: asyncio.Task[None]) -> None:
+        error: BaseException | None = (
+            asyncio.CancelledError() if task.cancelled() else task.exception()
+        )
+        if error is None:
+            return
+        # Nothing will flush any more: fail what waits instead of leaving it hanging.
+        log.error("%s sink: the flusher of %s stopped: %r", self.sink_name, self.target, error)
+        self._closing = True
+        pending, self._pending = list(self._pending), {}
+        for entry in pending:
+            if not entry.future.done():
+                entry.future.set_exception(
+                    RuntimeError(
+                        f"the {self.sink_name} sink writing {self.target} stopped: {error}"
+                    )
+                )
+
+    async def close(self) -> None:
+        if not self._started:
+            return
+        self._closing = True
+        self._kick.set()
+        self._has_data.set()
+        if self._flusher is not None:
+            # A flusher that died has been logged by _flusher_done.
+            with contextlib.suppress(Exception):
+                await self._flusher
+        await asyncio.to_thread(self.close_output)
+        self._started = False
+
+    # -- buffering ---------------------------------------------------------------------
+
+    def submit(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> asyncio.Future[None]:
+        """Buffer a batch and return at once the future of the flush that covers it.
+
+        The future resolves when that flush has been written and fails with its
+        error (then retry the batch); cancelling it withdraws the batch if no
+        flush has taken it yet. Needs a running event loop.
+        """
+        if not self._started:
+            return asyncio.ensure_future(self.write(queue, messages))
+        loop = asyncio.get_running_loop()
+        if not messages:
+            done: asyncio.Future[None] = loop.create_future()
+            done.set_result(None)
+            return done
+        return self._submit(loop, queue, messages).future
+
+    async def write(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
+        """Buffer a batch and wait for the flush that covers it (``await submit``)."""
+        if not messages:
+            return
+        if not self._started:
+            await self.start()
+        entry = self._submit(asyncio.get_running_loop(), queue, messages)
+        try:
+            await asyncio.shield(entry.future)
+        except asyncio.CancelledError:
+            # A consumer shutting down gave up on this batch: do not write it if the
+            # flush has not taken it yet (it will be consumed again).
+            self._withdraw(entry)
+            entry.future.cancel()
+            raise
+
+    def _submit(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        queue: MessageQueue,
+        messages: Sequence[MessageExt],
+    ) -> _Pending:
+        if self._closing:
+            raise RuntimeError(f"the {self.sink_name} sink writing {self.target} is closed")
+        now = time.monotonic()
+        entry = _Pending(queue, messages, loop.create_future(), now)
+        if self.stats.first_write_at is None:
+            self.stats.first_write_at = now
+        if not self._pending:
+            self._first_at = now
+        self._pending[entry] = None
+        self._last_write_at = now
+        self._rows += len(messages)
+        self._bytes += entry.bytes
+        self._has_data.set()
+        if self._rows >= self._max_rows or self._bytes >= self._max_bytes:
+            self._kick.set()
+        entry.future.add_done_callback(functools.partial(self._cancelled, entry))
+        return entry
+
+    def _cancelled(self, entry: _Pending, future: asyncio.Future[None]) -> None:
+        if future.cancelled():
+            self._withdraw(entry)
+
+    def _withdraw(self, entry: _Pending) -> None:
+        """Take a cancelled batch out of the buffer if no flush has taken it yet."""
+        if self._pending.pop(entry, False) is None:
+            self._rows -= len(entry.messages)
+            self._bytes -= entry.bytes
+
+    # -- flushing ----------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        # With overlap_flushes, flushes overlap by one stage: the next one is prepared
+        # while the previous one is written. Each settles only its own batches, when
+        # its own write is done (offsets never pass a batch not acknowledged).
+        writing: asyncio.Task[None] | None = None
+        try:
+            while True:
+                batch = await self._next_batch()
+                if batch is None:
+                    return
+                started = time.monotonic()
+                if self.exactly_once or not self.overlap_flushes:
+                    await self._settle(batch, started, asyncio.to_thread(self._write, batch))
+                    continue
+                try:
+                    flush = await self.prepare(Flush(tuple((e.queue, e.messages) for e in batch)))
+                except BaseException as exc:
+                    self._failed(batch, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                if writing is not None:
+                    await writing
+                writing = asyncio.get_running_loop().create_task(
+                    self._settle(batch, started, asyncio.to_thread(self._write_prepared, flush)),
+                    name=f"rmqk-{self.sink_name}-write {self.target}",
+                )
+        finally:
+            if writing is not None:
+                await writing
+
+    async def _next_batch(self) -> list[_Pending] | None:
+        """Wait for the next flush to be due and take its batches; None once closed and empty.
+
+        A flush takes batches up to ``rows`` rows or ``bytes`` bytes (at least one):
+        what arrived beyond that is the next flush, due at once.
+        """
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return None
+                self._has_data.clear()
+                await self._has_data.wait()
+                continue
+            delay = self._first_at + self.triggers.seconds - time.monotonic()
+            if delay > 0 and not self._kick.is_set() and not self._closing:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), delay)
+            if self._kick.is_set():
+                self._starved = 0
+            else:
+                self._hint_when_starved()
+            self._kick.clear()
+            batch: list[_Pending] = []
+            rows = size = 0
+            for entry in self._pending:
+                if batch and (rows >= self._max_rows or size >= self._max_bytes):
+                    break
+                batch.append(entry)
+                rows += len(entry.messages)
+                size += entry.bytes
+            for entry in batch:
+                del self._pending[entry]
+            self._rows -= rows
+            self._bytes -= size
+            if self._pending:
+                self._first_at = next(iter(self._pending)).at
+                if self._rows >= self._max_rows or self._bytes >= self._max_bytes:
+                    self._kick.set()
+            if batch:
+                return batch
+
+    async def _settle(
+        self, batch: list[_Pending], started: float, flush: Awaitable[tuple[int, int]]
+    ) -> None:
+        """Await one flush and resolve (or fail) the futures of its batches."""
+        try:
+            written, skipped = await flush
+        except BaseException as exc:
+            self._failed(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        now = time.monotonic()
+        self.stats.flushes += 1
+        self.stats.rows_written += written
+        self.stats.rows_skipped += skipped
+        self.stats.batches += len(batch)
+        self.stats.last_flush_rows = written
+        self.stats.seconds_writing += now - started
+        self.stats.last_flush_at = now
+        log.debug(
+            "%s sink: flushed %d rows (%d skipped) of %d batches in %.2fs",
+            self.sink_name,
+            written,
+            skipped,
+            len(batch),
+            now - started,
+        )
+        for entry in batch:
+            if not entry.future.done():
+                entry.future.set_result(None)
+
+    def _failed(self, batch: list[_Pending], exc: BaseException) -> None:
+        self.stats.failed_flushes += 1
+        log.error(
+            "%s sink: writing %d batches to %s failed: %s",
+            self.sink_name,
+            len(batch),
+            self.target,
+            exc,
+        )
+        for entry in batch:
+            if not entry.future.done():
+                entry.future.set_exception(exc)
+
+    def _hint_when_starved(self) -> None:
+        """Say once if timer flushes find writers waiting and nothing new coming."""
+        if not self.triggers.rows or self.triggers.seconds <= 0:
+            return  # no row target to starve
+        idle = time.monotonic() - self._last_write_at
+        # Many batches waiting and none arriving: writers are blocked, not just slow.
+        if idle < self.triggers.seconds / 2 or len(self._pending) < 16:
+            self._starved = 0
+            return
+        # The end of a backlog looks the same once; several in a row do not.
+        self._starved += 1
+        if self._hinted or self._starved < 3:
+            return
+        self._hinted = True
+        log.warning(
+            "%s sink: %d rows waited %.1fs for the flush timer with no write for %.1fs: "
+            "the consumers are probably waiting on this flush. Deliver with sink.submit "
+            "(rmqk run does) and let the consumer keep window_rows (2 x flush_rows) in "
+            "flight (pull_threshold_for_topic, consume_concurrently_max_span), or set "
+            "flush_rows to half of what the consumers hold",
+            self.sink_name,
+            self._rows,
+            self.triggers.seconds,
+            idle,
+        )
+
+    # -- writing (worker thread) ---------------------------------------------------------
+
+    def _write_prepared(self, flush: Flush) -> tuple[int, int]:
+        return self.write_batch(flush), 0
+
+    def _write(self, batch: list[_Pending]) -> tuple[int, int]:
+        """One flush: (rows written, rows skipped as already committed)."""
+        pairs = tuple((e.queue, e.messages) for e in batch)
+        if not self.exactly_once:
+            return self.write_batch(Flush(pairs)), 0
+        self._absorb(self.committed_ranges())
+        for _attempt in range(_COMMIT_ATTEMPTS):
+            kept, skipped = self._keep(pairs)
+            if not kept:
+                return 0, skipped
+            # A batch's whole span is recorded: the offsets it lacks were filtered out.
+            ranges = ranges_of(
+                (
+                    q.topic,
+                    q.broker_name,
+                    q.queue_id,
+                    min(m.queue_offset for m in pairs[i][1]),
+                    max(m.queue_offset for m in pairs[i][1]),
+                )
+                for i, q, _ in kept
+            )
+            flush = Flush(tuple((q, msgs) for _, q, msgs in kept), ranges)
+            try:
+                written = self.write_batch(flush)
+            except CommitRaced as raced:
+                # Another process committed some of these meanwhile (their queue moved
+                # in a rebalance): write the flush again without them.
+                log.warning(
+                    "%s sink: %d rows were committed by another writer while a flush to %s "
+                    "was written; writing it again",
+                    self.sink_name,
+                    raced.rows,
+                    self.target,
+                )
+                continue
+            self._absorb(ranges)
+            return written, skipped
+        raise RuntimeError(f"flush to {self.target} lost the commit race {_COMMIT_ATTEMPTS} times")
+
+    def _absorb(self, ranges: Iterable[OffsetRange]) -> None:
+        for r in ranges:
+            self._index.add(r)
+
+    def _keep(
+        self, batch: Sequence[tuple[MessageQueue, Sequence[MessageExt]]]
+    ) -> tuple[list[tuple[int, MessageQueue, list[MessageExt]]], int]:
+        """Per batch (by index) the messages no commit covers, each once; and how many not."""
+        index = self._index
+        kept: list[tuple[int, MessageQueue, list[MessageExt]]] = []
+        seen: set[tuple[MessageQueue, int]] = set()
+        skipped = 0
+        for i, (q, msgs) in enumerate(batch):
+            first = min(m.queue_offset for m in msgs)
+            last = max(m.queue_offset for m in msgs)
+            check = index.overlaps(q.topic, q.broker_name, q.queue_id, first, last)
+            out = []
+            for m in msgs:
+                key = (q, m.queue_offset)
+                if key in seen or (
+                    check and index.covers(q.topic, q.broker_name, q.queue_id, m.queue_offset)
+                ):
+                    skipped += 1
+                    continue
+                seen.add(key)
+                out.append(m)
+            if out:
+                kept.append((i, q, out))
+        return kept, skipped
