@@ -154,8 +154,8 @@ class EmbeddedBroker:
 
     async def start(self) -> EmbeddedBroker:
         from rmqk.plugins.broker.acl import acl_from_option
-        from rmqk.plugins.broker.broker import BrokerProcessors, BrokerSettings
         from rmqk.plugins.broker.namesrv import NameServer
+        from rmqk.plugins.broker.processors import BrokerProcessors, BrokerSettings
         from rmqk.plugins.broker.server import RemotingServer
         from rmqk.plugins.broker.store import MessageStore
 

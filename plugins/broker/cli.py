@@ -471,7 +471,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def _perm_text(perm: int) -> str:
-    from rmqk.plugins.broker.broker import perm_to_string
+    from rmqk.plugins.broker.processors import perm_to_string
 
     return perm_to_string(perm)
 

@@ -1,0 +1,76 @@
+"""ClientManageProcessor: HEART_BEAT and UNREGISTER_CLIENT.
+
+A heartbeat registers the client's producer and consumer groups and creates the
+retry topic of each consumer group, as Apache 4.9.8 does.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rmqk.model import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from rmqk.plugins.broker import jsonwire
+from rmqk.plugins.broker.clients import ClientChannelInfo, parse_heartbeat
+from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.processors.topics import create_topic_in_send_back
+from rmqk.plugins.broker.server import Connection, Headers, make_response
+from rmqk.protocol import RemotingCommand, ResponseCode
+
+__all__ = ["ClientManageProcessor"]
+
+log = logging.getLogger("rmqk.broker")
+
+
+class ClientManageProcessor:
+    """Keeps the client manager's table of producers and consumers up to date."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def heart_beat(
+        self, conn: Connection, request: RemotingCommand, serialize_type: int
+    ) -> RemotingCommand:
+        try:
+            hb = parse_heartbeat(jsonwire.loads(request.body))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return make_response(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"com.alibaba.fastjson.JSONException: bad HeartbeatData body ({exc})",
+            )
+        for consumer in hb.consumers:
+            create_topic_in_send_back(
+                self.ctx,
+                RETRY_GROUP_TOPIC_PREFIX + consumer.group,
+                self.ctx.settings.retry_queue_nums,
+                PERM_WRITE | PERM_READ,
+                2 if consumer.unit_mode else 0,
+            )
+            changed = self.ctx.clients.register_consumer(
+                consumer, self._channel(conn, hb.client_id, request), notify_enabled=True
+            )
+            if changed:
+                log.info("consumer group %s changed by %s", consumer.group, hb.client_id)
+        for group in hb.producer_groups:
+            self.ctx.clients.register_producer(group, self._channel(conn, hb.client_id, request))
+        return make_response(request)
+
+    @staticmethod
+    def _channel(conn: Connection, client_id: str, request: RemotingCommand) -> ClientChannelInfo:
+        # A fresh record per group: the client manager refreshes each one on its own.
+        language = request.language
+        language_name = str(getattr(language, "name", language))
+        return ClientChannelInfo(conn, client_id, language_name, request.version)
+
+    def unregister_client(
+        self, conn: Connection, request: RemotingCommand, serialize_type: int
+    ) -> RemotingCommand:
+        h = Headers(request)
+        h.require("clientID")
+        producer_group = h.opt_text("producerGroup")
+        if producer_group is not None:
+            self.ctx.clients.unregister_producer(producer_group, conn)
+        consumer_group = h.opt_text("consumerGroup")
+        if consumer_group is not None:
+            self.ctx.clients.unregister_consumer(consumer_group, conn)
+        return make_response(request)

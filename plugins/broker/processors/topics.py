@@ -1,0 +1,125 @@
+"""Topic names, permissions and the topics the broker creates on its own.
+
+The rules of Apache's TopicValidator and the create methods of its
+TopicConfigManager, shared by the send, client and admin processors.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
+from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.store.topics import TopicConfig
+
+__all__ = [
+    "AUTO_CREATE_TOPIC_KEY_TOPIC",
+    "FAQ_SUFFIX",
+    "TOPIC_MAX_LENGTH",
+    "create_topic_in_send",
+    "create_topic_in_send_back",
+    "perm_to_string",
+    "save_topic",
+    "topic_config_string",
+    "validate_topic",
+]
+
+log = logging.getLogger("rmqk.broker")
+
+FAQ_SUFFIX = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+TOPIC_MAX_LENGTH = 127
+_VALID_NAME_CHARS = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def perm_to_string(perm: int) -> str:
+    """PermName.perm2String: ``RWX`` with ``-`` for a missing bit."""
+    return (
+        ("R" if perm & PERM_READ else "-")
+        + ("W" if perm & PERM_WRITE else "-")
+        + ("X" if perm & PERM_INHERIT else "-")
+    )
+
+
+def topic_config_string(cfg: TopicConfig) -> str:
+    """TopicConfig.toString, as it appears in remarks."""
+    return (
+        f"TopicConfig [topicName={cfg.topic_name}, readQueueNums={cfg.read_queue_nums}, "
+        f"writeQueueNums={cfg.write_queue_nums}, perm={perm_to_string(cfg.perm)}, "
+        f"topicFilterType={cfg.topic_filter_type}, topicSysFlag={cfg.topic_sys_flag}, "
+        f"order={'true' if cfg.order else 'false'}]"
+    )
+
+
+def validate_topic(topic: str | None) -> str | None:
+    """TopicValidator.validateTopic: the SYSTEM_ERROR remark, or None when valid."""
+    if topic is None or not topic.strip():
+        return "The specified topic is blank."
+    if not _VALID_NAME_CHARS.issuperset(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return "The specified topic is longer than topic max length."
+    return None
+
+
+def save_topic(ctx: BrokerContext, cfg: TopicConfig) -> TopicConfig:
+    """Store ``cfg`` and let the name server learn the new route."""
+    ctx.topics.put(cfg)
+    ctx.on_topics_changed()
+    return cfg
+
+
+def create_topic_in_send_back(
+    ctx: BrokerContext, topic: str, queue_nums: int, perm: int, sys_flag: int = 0
+) -> TopicConfig:
+    """createTopicInSendMessageBackMethod: retry and DLQ topics appear on first use."""
+    cfg = ctx.topics.get(topic)
+    if cfg is not None:
+        return cfg
+    log.info("creating topic %s with %d queues", topic, queue_nums)
+    return save_topic(
+        ctx,
+        TopicConfig(
+            topic_name=topic,
+            read_queue_nums=queue_nums,
+            write_queue_nums=queue_nums,
+            perm=perm,
+            topic_sys_flag=sys_flag,
+        ),
+    )
+
+
+def create_topic_in_send(
+    ctx: BrokerContext,
+    topic: str,
+    default_topic: str | None,
+    client_queue_nums: int,
+    sys_flag: int,
+) -> TopicConfig | None:
+    """createTopicInSendMessageMethod: inherit from the default topic (TBW102)."""
+    cfg = ctx.topics.get(topic)
+    if cfg is not None:
+        return cfg
+    if default_topic is None:
+        return None
+    default = ctx.topics.get(default_topic)
+    if default is None:
+        return None
+    perm = default.perm
+    if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not ctx.settings.auto_create_topic:
+        perm = PERM_READ | PERM_WRITE
+    if not perm & PERM_INHERIT:
+        return None
+    queue_nums = max(0, min(client_queue_nums, default.write_queue_nums))
+    log.info("auto-creating topic %s with %d queues (from %s)", topic, queue_nums, default_topic)
+    return save_topic(
+        ctx,
+        TopicConfig(
+            topic_name=topic,
+            read_queue_nums=queue_nums,
+            write_queue_nums=queue_nums,
+            perm=perm & ~PERM_INHERIT,
+            topic_sys_flag=sys_flag,
+            topic_filter_type=default.topic_filter_type,
+        ),
+    )
