@@ -475,7 +475,8 @@ def _delay_levels_text(levels: str | Sequence[int]) -> str:
 
 @hookimpl
 def rmqk_register_commands(register: Register) -> None:
-    from rmqk.plugins.broker.cli import ADMIN_COMMAND, BROKER_COMMAND
+    from rmqk.plugins.broker.admin_cli import ADMIN_COMMAND
+    from rmqk.plugins.broker.cli import BROKER_COMMAND
 
     register("broker", BROKER_COMMAND)
     register("admin", ADMIN_COMMAND)

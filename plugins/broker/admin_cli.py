@@ -1,0 +1,321 @@
+"""``rmqk admin``: topics, consumer progress per queue, and messages by offset message id.
+
+Talks the remoting protocol to any 4.9 name server and its brokers (the embedded
+ones or Apache's). Output is a table by default, JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import datetime
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from rmqk.cli import Command
+from rmqk.errors import BrokerError, RemotingError, RmqkError
+from rmqk.message import MessageExt
+from rmqk.model import PERM_READ, PERM_WRITE
+from rmqk.plugins.broker.admin_client import AdminClient, TopicInfo
+
+__all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _perm_text(perm: int) -> str:
+    from rmqk.plugins.broker.processors import perm_to_string
+
+    return perm_to_string(perm)
+
+
+def _time_text(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+async def _admin_topic_create(client: AdminClient, args: argparse.Namespace) -> int:
+    read_queues = args.read_queues if args.read_queues is not None else args.queues
+    write_queues = args.write_queues if args.write_queues is not None else args.queues
+    if args.broker:
+        targets = [args.broker]
+    else:
+        targets = [b.master for b in await client.masters(args.cluster) if b.master is not None]
+        if not targets:
+            where = f"cluster {args.cluster!r}" if args.cluster else "the name server"
+            raise RmqkError(f"no master broker found in {where} ({client.namesrv_addr})")
+    for addr in targets:
+        await client.create_topic(
+            addr,
+            args.topic,
+            read_queues=read_queues,
+            write_queues=write_queues,
+            perm=args.perm,
+            order=args.order,
+        )
+    result = [
+        {
+            "topic": args.topic,
+            "broker": addr,
+            "readQueueNums": read_queues,
+            "writeQueueNums": write_queues,
+            "perm": args.perm,
+            "order": args.order,
+        }
+        for addr in targets
+    ]
+    if args.json:
+        _print_json(result)
+    else:
+        print(
+            _table(
+                ["TOPIC", "BROKER", "READ", "WRITE", "PERM", "ORDER"],
+                [
+                    [args.topic, addr, read_queues, write_queues, _perm_text(args.perm), args.order]
+                    for addr in targets
+                ],
+            )
+        )
+        print(f"created or updated topic {args.topic} on {len(targets)} broker(s)")
+    return 0
+
+
+async def _admin_topic_list(client: AdminClient, args: argparse.Namespace) -> int:
+    names = set(await client.topic_names())
+    infos: list[TopicInfo] = []
+    for broker in await client.masters(args.cluster):
+        infos.extend(t for t in await client.topic_configs(broker) if t.topic in names)
+    listed = {t.topic for t in infos}
+    infos.sort(key=lambda t: (t.topic, t.broker_name))
+    missing = sorted(names - listed) if args.cluster is None else []
+    if args.json:
+        rows = [attrs.asdict(t) for t in infos]
+        rows += [{"topic": name} for name in missing]
+        _print_json(rows)
+        return 0
+    rows_out: list[list[object]] = [
+        [t.topic, t.broker_name, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)]
+        for t in infos
+    ]
+    rows_out += [[name, "-", "-", "-", "-"] for name in missing]
+    print(_table(["TOPIC", "BROKER", "READ", "WRITE", "PERM"], rows_out))
+    return 0
+
+
+async def _admin_consumer_progress(client: AdminClient, args: argparse.Namespace) -> int:
+    rows = await client.consumer_progress(args.group, args.topic)
+    if args.json:
+        _print_json(
+            {
+                "group": args.group,
+                "queues": [dict(attrs.asdict(r), diff=r.diff) for r in rows],
+                "diffTotal": sum(r.diff for r in rows),
+            }
+        )
+        return 0
+    print(
+        _table(
+            ["TOPIC", "BROKER", "QID", "BROKER OFFSET", "CONSUMER OFFSET", "DIFF", "LAST TIME"],
+            [
+                [
+                    r.topic,
+                    r.broker_name,
+                    r.queue_id,
+                    r.broker_offset,
+                    r.consumer_offset,
+                    r.diff,
+                    _time_text(r.last_timestamp),
+                ]
+                for r in rows
+            ],
+        )
+    )
+    print(f"diff total: {sum(r.diff for r in rows)}")
+    return 0
+
+
+def _message_dict(message: MessageExt, msg_id: str) -> dict[str, Any]:
+    try:
+        body: str = message.body.decode("utf-8")
+        encoding = "utf-8"
+    except UnicodeDecodeError:
+        body = base64.b64encode(message.body).decode("ascii")
+        encoding = "base64"
+    return {
+        "offsetMsgId": msg_id.upper(),
+        "topic": message.topic,
+        "tags": message.tags,
+        "keys": message.keys,
+        "queueId": message.queue_id,
+        "queueOffset": message.queue_offset,
+        "commitLogOffset": message.commit_log_offset,
+        "reconsumeTimes": message.reconsume_times,
+        "bornTimestamp": message.born_timestamp,
+        "storeTimestamp": message.store_timestamp,
+        "bornHost": message.born_host,
+        "storeHost": message.store_host,
+        "sysFlag": message.sys_flag,
+        "flag": message.flag,
+        "bodyCRC": message.body_crc,
+        "storeSize": message.store_size,
+        "properties": dict(message.properties),
+        "body": body,
+        "bodyEncoding": encoding,
+    }
+
+
+async def _admin_message(client: AdminClient, args: argparse.Namespace) -> int:
+    message = await client.view_message(args.msg_id, args.broker)
+    info = _message_dict(message, args.msg_id)
+    if args.json:
+        _print_json(info)
+        return 0
+    labels = [
+        ("OffsetID", info["offsetMsgId"]),
+        ("Topic", info["topic"]),
+        ("Tags", info["tags"] or "-"),
+        ("Keys", info["keys"] or "-"),
+        ("Queue ID", info["queueId"]),
+        ("Queue Offset", info["queueOffset"]),
+        ("CommitLog Offset", info["commitLogOffset"]),
+        ("Reconsume Times", info["reconsumeTimes"]),
+        ("Born Timestamp", _time_text(info["bornTimestamp"])),
+        ("Store Timestamp", _time_text(info["storeTimestamp"])),
+        ("Born Host", info["bornHost"]),
+        ("Store Host", info["storeHost"]),
+        ("System Flag", info["sysFlag"]),
+        ("Properties", info["properties"]),
+        ("Message Body", info["body"] if encoding_is_text(info) else f"(base64) {info['body']}"),
+    ]
+    width = max(len(label) for label, _ in labels) + 1
+    for label, value in labels:
+        print(f"{(label + ':').ljust(width)}  {value}")
+    return 0
+
+
+def encoding_is_text(info: Mapping[str, Any]) -> bool:
+    return info.get("bodyEncoding") == "utf-8"
+
+
+def _admin_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namesrv",
+        "-n",
+        default=os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV,
+        metavar="ADDR",
+        help=f"name server address (default: $NAMESRV_ADDR or {DEFAULT_NAMESRV})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="request timeout in seconds (default: 5)"
+    )
+
+
+def _admin_args(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="admin_command", metavar="SUBCOMMAND")
+    topic = sub.add_parser("topic", help="create or list topics")
+    topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
+
+    create = topic_sub.add_parser("create", help="create or update a topic on the master brokers")
+    _admin_common(create)
+    create.add_argument("topic")
+    create.add_argument("--queues", type=int, default=4, help="read and write queues (default: 4)")
+    create.add_argument("--read-queues", type=int, default=None)
+    create.add_argument("--write-queues", type=int, default=None)
+    create.add_argument(
+        "--perm",
+        type=int,
+        default=PERM_READ | PERM_WRITE,
+        help="permission bits: 2 W, 4 R, 6 RW (default: 6)",
+    )
+    create.add_argument("--order", action="store_true", help="mark the topic ordered")
+    where = create.add_mutually_exclusive_group()
+    where.add_argument("--broker", "-b", metavar="ADDR", help="only this broker")
+    where.add_argument("--cluster", "-c", help="every master of this cluster (default: all)")
+    create.set_defaults(_admin=_admin_topic_create)
+
+    listing = topic_sub.add_parser("list", help="list topics with their queues per broker")
+    _admin_common(listing)
+    listing.add_argument("--cluster", "-c", default=None, help="only brokers of this cluster")
+    listing.set_defaults(_admin=_admin_topic_list)
+
+    consumer = sub.add_parser("consumer", help="consumer groups")
+    consumer_sub = consumer.add_subparsers(dest="consumer_command", metavar="ACTION")
+    progress = consumer_sub.add_parser(
+        "progress", help="per queue: broker offset, consumer offset and their difference"
+    )
+    _admin_common(progress)
+    progress.add_argument("group")
+    progress.add_argument("--topic", "-t", default=None, help="only this topic")
+    progress.set_defaults(_admin=_admin_consumer_progress)
+
+    message = sub.add_parser("message", help="show a message by its offset message id")
+    _admin_common(message)
+    message.add_argument("msg_id", metavar="OFFSET_MSG_ID")
+    message.add_argument(
+        "--broker",
+        "-b",
+        default=None,
+        metavar="ADDR",
+        help="ask this broker instead of the one the id names",
+    )
+    message.set_defaults(_admin=_admin_message)
+
+
+def _admin_run(args: argparse.Namespace) -> int:
+    action = getattr(args, "_admin", None)
+    if action is None:
+        print(
+            "rmqk admin: choose a subcommand: topic create|list, consumer progress, message "
+            "(see rmqk admin --help)",
+            file=sys.stderr,
+        )
+        return 2
+
+    async def run() -> int:
+        async with AdminClient(args.namesrv, timeout=args.timeout) as client:
+            result: int = await action(client, args)
+            return result
+
+    try:
+        return asyncio.run(run())
+    except BrokerError as exc:
+        raise RmqkError(str(exc)) from exc
+    except RemotingError as exc:
+        raise RmqkError(f"{exc} (name server {args.namesrv})") from exc
+
+
+ADMIN_COMMAND = Command(
+    help="administer topics and consumer groups of a RocketMQ 4.9 cluster",
+    run=_admin_run,
+    add_arguments=_admin_args,
+    description=(
+        "Talk to a RocketMQ 4.9 name server and its brokers (embedded or Apache) over the "
+        "remoting protocol."
+    ),
+    examples=(
+        "rmqk admin topic create Orders --queues 8",
+        "rmqk admin topic list --json",
+        "rmqk admin consumer progress order-analytics",
+        "rmqk admin message 7F00000100002A9F0000000000000000",
+    ),
+)

@@ -1,0 +1,253 @@
+"""The requests ``rmqk admin`` sends to a RocketMQ 4.9 name server and its brokers.
+
+Works against the embedded name server and broker as well as Apache's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from rmqk.errors import BrokerError, RemotingError, RmqkError
+from rmqk.message import MessageExt, decode_offset_msg_id
+from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
+from rmqk.plugins.broker import jsonwire
+from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+
+__all__ = ["AdminClient", "BrokerInfo", "QueueProgress", "TopicInfo"]
+
+
+
+@attrs.frozen
+class BrokerInfo:
+    cluster: str
+    broker_name: str
+    addrs: Mapping[int, str]
+
+    @property
+    def master(self) -> str | None:
+        return self.addrs.get(0)
+
+
+@attrs.frozen
+class TopicInfo:
+    topic: str
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool = False
+
+
+@attrs.frozen
+class QueueProgress:
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        return self.broker_offset - self.consumer_offset
+
+
+class AdminClient:
+    """Requests an admin tool sends, over one connection per address."""
+
+    def __init__(self, namesrv_addr: str, *, timeout: float = 5.0) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.timeout = timeout
+        self._conns: dict[str, Any] = {}
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def invoke(
+        self, addr: str, code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        from rmqk.plugins.broker.server import connect, make_request
+
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = await connect(addr, timeout=self.timeout, label="admin")
+            self._conns[addr] = conn
+        request = make_request(code, fields, body)
+        return await conn.request(request, self.timeout)
+
+    async def _ok(
+        self, addr: str, code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        response = await self.invoke(addr, code, fields, body)
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark, addr)
+        return response
+
+    async def brokers(self) -> list[BrokerInfo]:
+        response = await self._ok(self.namesrv_addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+        data = jsonwire.loads(response.body) if response.body else {}
+        out: list[BrokerInfo] = []
+        for name, info in sorted(_mapping(data.get("brokerAddrTable")).items()):
+            addrs = {int(k): str(v) for k, v in _mapping(info.get("brokerAddrs")).items()}
+            out.append(BrokerInfo(str(info.get("cluster", "")), str(name), addrs))
+        return out
+
+    async def masters(self, cluster: str | None = None) -> list[BrokerInfo]:
+        return [
+            b
+            for b in await self.brokers()
+            if b.master is not None and (cluster is None or b.cluster == cluster)
+        ]
+
+    async def topic_names(self) -> list[str]:
+        response = await self._ok(self.namesrv_addr, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        data = jsonwire.loads(response.body) if response.body else {}
+        return sorted(str(t) for t in jsonwire.as_list(data.get("topicList")))
+
+    async def route_brokers(self, topic: str) -> list[BrokerInfo] | None:
+        response = await self.invoke(
+            self.namesrv_addr,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            {"topic": topic, "acceptStandardJsonOnly": True},
+        )
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark, self.namesrv_addr)
+        data = jsonwire.loads(response.body)
+        return [
+            BrokerInfo(
+                str(b.get("cluster", "")),
+                str(b["brokerName"]),
+                {int(k): str(v) for k, v in _mapping(b.get("brokerAddrs")).items()},
+            )
+            for b in jsonwire.as_list(data.get("brokerDatas"))
+        ]
+
+    async def topic_configs(self, broker: BrokerInfo) -> list[TopicInfo]:
+        assert broker.master is not None
+        response = await self._ok(broker.master, RequestCode.GET_ALL_TOPIC_CONFIG)
+        data = jsonwire.loads(response.body) if response.body else {}
+        out = []
+        for name, cfg in _mapping(data.get("topicConfigTable")).items():
+            out.append(
+                TopicInfo(
+                    topic=str(cfg.get("topicName") or name),
+                    broker_name=broker.broker_name,
+                    read_queue_nums=int(cfg.get("readQueueNums", 0)),
+                    write_queue_nums=int(cfg.get("writeQueueNums", 0)),
+                    perm=int(cfg.get("perm", 0)),
+                    order=bool(cfg.get("order", False)),
+                )
+            )
+        return sorted(out, key=lambda t: t.topic)
+
+    async def create_topic(
+        self,
+        broker_addr: str,
+        topic: str,
+        *,
+        read_queues: int,
+        write_queues: int,
+        perm: int,
+        order: bool,
+    ) -> None:
+        await self._ok(
+            broker_addr,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": read_queues,
+                "writeQueueNums": write_queues,
+                "perm": perm,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": order,
+            },
+        )
+
+    async def consume_stats(
+        self, broker: BrokerInfo, group: str, topic: str | None = None
+    ) -> list[QueueProgress]:
+        assert broker.master is not None
+        fields: dict[str, object] = {"consumerGroup": group}
+        if topic:
+            fields["topic"] = topic
+        response = await self._ok(broker.master, RequestCode.GET_CONSUME_STATS, fields)
+        data = jsonwire.loads(response.body) if response.body else {}
+        table = data.get("offsetTable")
+        items: Iterable[tuple[Any, Any]]
+        if isinstance(table, jsonwire.ObjectKeyMap):
+            items = table.items
+        elif isinstance(table, Mapping):
+            items = table.items()
+        else:
+            items = ()
+        out = []
+        for key, wrapper in items:
+            mq = key if isinstance(key, Mapping) else {}
+            out.append(
+                QueueProgress(
+                    topic=str(mq.get("topic", "")),
+                    broker_name=str(mq.get("brokerName", broker.broker_name)),
+                    queue_id=int(mq.get("queueId", 0)),
+                    broker_offset=int(wrapper.get("brokerOffset", 0)),
+                    consumer_offset=int(wrapper.get("consumerOffset", 0)),
+                    last_timestamp=int(wrapper.get("lastTimestamp", 0)),
+                )
+            )
+        return out
+
+    async def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        """examineConsumeStats: ask every broker of the group's retry topic (or all masters)."""
+        brokers = await self.route_brokers(RETRY_GROUP_TOPIC_PREFIX + group)
+        if not brokers:
+            brokers = await self.masters()
+        rows: list[QueueProgress] = []
+        for broker in brokers:
+            if broker.master is not None:
+                rows.extend(await self.consume_stats(broker, group, topic))
+        return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
+
+    async def view_message(self, msg_id: str, broker_addr: str | None = None) -> MessageExt:
+        from rmqk.plugins.remoting.message_codec import decode_message
+
+        try:
+            addr, offset = decode_offset_msg_id(msg_id.strip())
+        except ValueError:
+            raise RmqkError(
+                f"{msg_id!r} is not an offset message id (hex of the broker's address and the "
+                "commit log offset, as in SendResult.offset_msg_id)"
+            ) from None
+        target = broker_addr or addr
+        try:
+            response = await self._ok(target, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+        except RemotingError as exc:
+            raise RmqkError(
+                f"message {msg_id}: cannot reach the broker {target} its id names ({exc}); "
+                "is it an offset message id?"
+            ) from exc
+        message, _ = decode_message(response.body, 0)
+        return message
+
+
+def _mapping(value: Any) -> Mapping[Any, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, jsonwire.ObjectKeyMap):
+        return dict(value.items)
+    raise RmqkError(f"unexpected JSON in a response body: {value!r:.80}")
