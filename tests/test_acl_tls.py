@@ -37,7 +37,7 @@ from rmqk.plugins.broker.acl import (
     AclConfig,
     load_acl_config,
 )
-from rmqk.plugins.broker.server import ServerTlsConfig
+from rmqk.plugins.broker.tls import ServerTlsConfig
 from rmqk.plugins.remoting import acl as client_acl
 from rmqk.plugins.remoting.client import TcpTransport
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode

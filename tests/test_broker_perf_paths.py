@@ -12,7 +12,8 @@ import socket
 import pytest
 from test_broker_support import RawClient, messages_of
 
-from rmqk.plugins.broker.server import RemotingServer, make_response
+from rmqk.plugins.broker.commands import make_response
+from rmqk.plugins.broker.server import RemotingServer
 from rmqk.plugins.remoting.frame import SerializeType, encode_frame
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode, stringify_fields
 

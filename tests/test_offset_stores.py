@@ -777,7 +777,7 @@ class _OffsetPeer:
         self.commits: list[tuple[str, str, int, int]] = []
 
     async def handle(self, conn: Any, request: Any, serialize_type: int) -> Any:
-        from rmqk.plugins.broker.server import make_response
+        from rmqk.plugins.broker.commands import make_response
         from rmqk.protocol import RequestCode
 
         fields = request.ext_fields

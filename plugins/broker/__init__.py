@@ -39,7 +39,7 @@ from rmqk.protocol import ResponseCode
 
 if TYPE_CHECKING:
     from rmqk.plugins.broker.acl import AccessValidator, AclConfig
-    from rmqk.plugins.broker.server import ServerTlsConfig
+    from rmqk.plugins.broker.tls import ServerTlsConfig
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
@@ -69,7 +69,7 @@ class EmbeddedBroker:
     ``acl`` (an :class:`~rmqk.plugins.broker.acl.AclConfig` or the path of a
     ``.toml``/``.json`` file with plain_acl.yml's keys) makes the broker check every
     request as Apache's plain ACL does (``rmqk.plugins.broker.acl``). ``tls`` (a
-    :class:`~rmqk.plugins.broker.server.ServerTlsConfig`) serves TLS on both ports.
+    :class:`~rmqk.plugins.broker.tls.ServerTlsConfig`) serves TLS on both ports.
     """
 
     def __init__(
@@ -278,7 +278,7 @@ class EmbeddedBroker:
         if access is not None:
             denied = access.check(request, conn.remote_addr)
             if denied is not None:
-                from rmqk.plugins.broker.server import make_response
+                from rmqk.plugins.broker.commands import make_response
 
                 # What Apache answers when its ACL hook throws; the request is not processed.
                 log.warning(

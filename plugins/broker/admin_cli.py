@@ -29,7 +29,6 @@ __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
 
-
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]

@@ -19,7 +19,6 @@ from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 __all__ = ["AdminClient", "BrokerInfo", "QueueProgress", "TopicInfo"]
 
 
-
 @attrs.frozen
 class BrokerInfo:
     cluster: str
@@ -77,7 +76,8 @@ class AdminClient:
     async def invoke(
         self, addr: str, code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
     ) -> RemotingCommand:
-        from rmqk.plugins.broker.server import connect, make_request
+        from rmqk.plugins.broker.commands import make_request
+        from rmqk.plugins.broker.connection import connect
 
         conn = self._conns.get(addr)
         if conn is None or conn.closed:

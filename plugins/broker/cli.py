@@ -114,7 +114,7 @@ def _broker_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _broker_tls(args: argparse.Namespace) -> Any:
-    from rmqk.plugins.broker.server import ServerTlsConfig
+    from rmqk.plugins.broker.tls import ServerTlsConfig
 
     if args.tls_cert is None and args.tls_key is None:
         if args.tls_ca is not None or args.tls_client_auth != "none":

@@ -20,7 +20,9 @@ from typing import Any
 import attrs
 
 from rmqk.plugins.broker import jsonwire
-from rmqk.plugins.broker.server import Connection, Headers, RemotingServer, make_response
+from rmqk.plugins.broker.commands import Headers, make_response
+from rmqk.plugins.broker.connection import Connection
+from rmqk.plugins.broker.server import RemotingServer
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["NameServer", "RouteInfoManager", "TopicQueueConfig"]

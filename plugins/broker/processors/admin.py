@@ -15,16 +15,11 @@ from rmqk.message import decode_offset_msg_id
 from rmqk.model import MessageQueue
 from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.clients import ClientChannelInfo, subscription_to_json
+from rmqk.plugins.broker.commands import HeaderError, Headers, make_request, make_response
+from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.broker2client import call_client, reset_offset
 from rmqk.plugins.broker.processors.context import BrokerContext
 from rmqk.plugins.broker.processors.topics import save_topic, validate_topic
-from rmqk.plugins.broker.server import (
-    Connection,
-    HeaderError,
-    Headers,
-    make_request,
-    make_response,
-)
 from rmqk.plugins.broker.store.topics import TopicConfig
 from rmqk.protocol import RemotingCommand, ResponseCode
 

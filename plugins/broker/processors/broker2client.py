@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from rmqk.errors import RemotingError, RemotingTimeoutError
 from rmqk.model import MessageQueue
 from rmqk.plugins.broker.clients import ClientChannelInfo
-from rmqk.plugins.broker.server import Connection, make_request, make_response
+from rmqk.plugins.broker.commands import make_request, make_response
+from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.remoting.bodies import encode_reset_offset
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 

@@ -11,9 +11,10 @@ import logging
 from rmqk.model import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
 from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.clients import ClientChannelInfo, parse_heartbeat
+from rmqk.plugins.broker.commands import Headers, make_response
+from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext
 from rmqk.plugins.broker.processors.topics import create_topic_in_send_back
-from rmqk.plugins.broker.server import Connection, Headers, make_response
 from rmqk.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["ClientManageProcessor"]

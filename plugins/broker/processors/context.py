@@ -13,8 +13,8 @@ from typing import Any
 import attrs
 
 from rmqk.plugins.broker.clients import ClientManager
+from rmqk.plugins.broker.commands import make_request
 from rmqk.plugins.broker.locks import RebalanceLockManager
-from rmqk.plugins.broker.server import make_request
 from rmqk.plugins.broker.store.topics import TopicConfigs
 from rmqk.protocol import RequestCode
 

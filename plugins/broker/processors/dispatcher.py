@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rmqk.plugins.broker.clients import ClientManager
+from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.longpoll import PullHoldService
 from rmqk.plugins.broker.processors.admin import AdminBrokerProcessor
 from rmqk.plugins.broker.processors.client_manage import ClientManageProcessor
@@ -23,7 +24,6 @@ from rmqk.plugins.broker.processors.end_transaction import (
 from rmqk.plugins.broker.processors.pull import PullMessageProcessor
 from rmqk.plugins.broker.processors.query_message import QueryMessageProcessor
 from rmqk.plugins.broker.processors.send import SendMessageProcessor
-from rmqk.plugins.broker.server import Connection
 from rmqk.protocol import RemotingCommand, RequestCode
 
 __all__ = ["BrokerProcessors", "Handler"]

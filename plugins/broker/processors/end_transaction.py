@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rmqk.message import MessageProperty
-from rmqk.plugins.broker.server import Connection, make_response
+from rmqk.plugins.broker.commands import make_response
+from rmqk.plugins.broker.connection import Connection
 from rmqk.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["EndTransactionProcessor", "not_supported", "refuse_half_message"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from rmqk.plugins.broker.commands import Headers, make_response
+from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext
-from rmqk.plugins.broker.server import Connection, Headers, make_response
 from rmqk.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["QueryMessageProcessor"]

@@ -14,6 +14,8 @@ import attrs
 
 from rmqk.message import MessageProperty, parse_properties
 from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from rmqk.plugins.broker.commands import HeaderError, Headers, make_response
+from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext
 from rmqk.plugins.broker.processors.end_transaction import refuse_half_message
 from rmqk.plugins.broker.processors.topics import (
@@ -24,7 +26,6 @@ from rmqk.plugins.broker.processors.topics import (
     topic_config_string,
     validate_topic,
 )
-from rmqk.plugins.broker.server import Connection, HeaderError, Headers, make_response
 from rmqk.plugins.broker.store.topics import TopicConfig
 from rmqk.plugins.remoting.message_codec import (
     decode_batch,
