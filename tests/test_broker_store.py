@@ -643,7 +643,7 @@ def test_consumer_offsets_unreadable_everywhere_is_an_error(tmp_path: Path) -> N
 
 
 def test_consumer_offsets_are_persisted_periodically(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr("rmqk.plugins.broker.store.message_store._OFFSETS_PERSIST_INTERVAL", 0.05)
+    monkeypatch.setattr("rmqk.plugins.broker.store.flushing._OFFSETS_PERSIST_INTERVAL", 0.05)
     root = tmp_path / "s"
     store = make_store(root, flush_interval=0.02)
     with store:

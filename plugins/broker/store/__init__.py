@@ -3,18 +3,12 @@ consumer offsets, topic configs and delay-level scheduling."""
 
 from __future__ import annotations
 
+from .encoding import tags_code_of
 from .files import StoreError
-from .message_store import (
-    GetMessageStatus,
-    GetResult,
-    MessageStore,
-    PutMessageStatus,
-    PutResult,
-    StoreStats,
-    tags_code_of,
-)
+from .message_store import MessageStore
 from .offsets import ConsumerOffsets, OffsetEntry
 from .recovery import RecoveryReport
+from .results import GetMessageStatus, GetResult, PutMessageStatus, PutResult, StoreStats
 from .schedule import SCHEDULE_TOPIC, ScheduleTick, parse_delay_levels
 from .topics import DataVersion, TopicConfig, TopicConfigs
 

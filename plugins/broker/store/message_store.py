@@ -31,171 +31,52 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import fcntl
-import functools
 import logging
 import os
-import re
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 import attrs
 
 from rmqk.errors import FrameError
 from rmqk.message import MessageProperty, offset_msg_id, parse_properties
-from rmqk.model import java_string_hash
 from rmqk.plugins.remoting.message_codec import (
-    MAGIC_CODE_V1,
-    MAGIC_CODE_V2,
     decode_message,
-    encode_stored_message,
     java_properties_string,
     patch_stored_message,
 )
 
 from . import recovery
 from .commitlog import END_BLANK_MIN, CommitLog
-from .consumequeue import ENTRY, ConsumeQueue
+from .consumequeue import ConsumeQueue
+from .encoding import RecordEncoder, check_destination, tags_code_of
 from .files import StoreError, fsync_dir
+from .flushing import StoreFlushing
 from .offsets import ConsumerOffsets
-from .records import MIN_RECORD_SIZE, read_total_and_magic, store_timestamp_of
+from .reads import StoreReads
+from .results import BatchMessage, PutMessageStatus, PutResult, StoreStats, failed
+from .retention import StoreRetention
 from .schedule import SCHEDULE_TOPIC, ScheduleService, parse_delay_levels
 from .topics import TopicConfigs
 
-__all__ = [
-    "GetMessageStatus",
-    "GetResult",
-    "MessageStore",
-    "PutMessageStatus",
-    "PutResult",
-    "StoreStats",
-]
+__all__ = ["MessageStore"]
 
 log = logging.getLogger("rmqk.broker.store")
 
-# TopicValidator (4.9.8): allowed characters and the V1 record's one-byte length.
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_TOPIC_MAX_LENGTH = 127
-_PROPERTIES_MAX = 0x7FFF
 _TRANSACTION_MASK = 0xC
 _TRANSACTION_COMMIT = 0x8
-# DefaultMessageStore.getMessage scans at most max(16000, maxMsgNums * 20) bytes of
-# consume queue per call, i.e. 800 entries unless more messages were asked for.
-_MIN_SCAN_ENTRIES = 800
-_OFFSETS_PERSIST_INTERVAL = 5.0  # flushConsumerOffsetInterval
-
-
-class GetMessageStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-
-
-class PutMessageStatus(enum.Enum):
-    """Java's PutMessageStatus values that this store can produce."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-
-
-@attrs.frozen
-class PutResult:
-    ok: bool
-    commit_log_offset: int
-    queue_offset: int
-    store_timestamp: int
-    msg_id: str  # the offset message id
-    size: int
-    error: str | None
-    status: PutMessageStatus = PutMessageStatus.PUT_OK
-    topic: str = ""  # where it was stored: SCHEDULE_TOPIC_XXXX for a delayed message
-    queue_id: int = -1
-
-
-@attrs.frozen
-class GetResult:
-    status: GetMessageStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    records: tuple[bytes, ...]  # each a complete stored record
-    total_size: int
-
-
-@attrs.frozen
-class StoreStats:
-    """Figures for the broker's runtime info and for tests."""
-
-    commit_log_min_offset: int
-    commit_log_max_offset: int
-    segments: int
-    queues: int
-    recovery: recovery.RecoveryReport | None
-
-
-class BatchMessage(Protocol):
-    """One message of a batch: the codec's ``BatchEntry`` fits."""
-
-    @property
-    def flag(self) -> int: ...
-
-    @property
-    def body(self) -> bytes: ...
-
-    @property
-    def properties_raw(self) -> str: ...
-
-
-def _failed(status: PutMessageStatus, error: str) -> PutResult:
-    return PutResult(False, -1, -1, 0, "", 0, error, status)
-
-
-@functools.lru_cache(maxsize=8192)
-def _tag_hash(tags: str) -> int:
-    return java_string_hash(tags)
-
-
-def tags_code_of(properties_raw: str) -> int:
-    """The consume queue tag code of a message: Java's hashCode of TAGS, 0 without tags."""
-    key = MessageProperty.TAGS + "\x01"
-    i = properties_raw.find(key)
-    while i > 0 and properties_raw[i - 1] != "\x02":
-        i = properties_raw.find(key, i + 1)
-    if i < 0:
-        return 0
-    start = i + len(key)
-    end = properties_raw.find("\x02", start)
-    value = properties_raw[start:] if end < 0 else properties_raw[start:end]
-    return _tag_hash(value) if value else 0
-
-
-@functools.lru_cache(maxsize=256)
-def _entries_struct(count: int) -> struct.Struct:
-    """``count`` consume queue entries unpacked at once into one flat tuple."""
-    return struct.Struct(">" + "qiq" * count)
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class MessageStore:
+class MessageStore(StoreReads, StoreRetention, StoreFlushing):
+    """Commit log, consume queues, offsets, topics and schedule under one directory."""
+
     def __init__(
         self,
         root: Path,
@@ -224,6 +105,7 @@ class MessageStore:
         self.max_message_size = max_message_size
         self.flush_interval = flush_interval
         self.now_ms: Callable[[], int] = clock or _now_ms
+        self._encoder = RecordEncoder(store_host, max_message_size)
         self._msg_id_prefix = offset_msg_id(store_host, 0)[:-16]
         self.commit_log = CommitLog(self.root / "commitlog", segment_size)
         self._cq_root = self.root / "consumequeue"
@@ -404,7 +286,7 @@ class MessageStore:
         service puts it back in ``topic`` when due. ``tags_code`` defaults to the
         hash of the ``TAGS`` property (recovery always recomputes it that way).
         """
-        problem = self._check_writable() or _check_destination(topic, queue_id)
+        problem = self._check_writable() or check_destination(topic, queue_id)
         if problem is not None:
             return problem
         delay_level = 0
@@ -417,7 +299,7 @@ class MessageStore:
             try:
                 delay_level = int(text)
             except ValueError:
-                return _failed(
+                return failed(
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     f"the DELAY property must be an integer delay level, got {text!r}",
                 )
@@ -428,7 +310,7 @@ class MessageStore:
                 props[MessageProperty.REAL_QUEUE_ID] = str(queue_id)
                 properties_raw = java_properties_string(props)
                 topic, queue_id = SCHEDULE_TOPIC, delay_level - 1
-        encoded = self._encode(
+        encoded = self._encoder.encode(
             topic,
             queue_id,
             body,
@@ -465,12 +347,12 @@ class MessageStore:
         """
         if not messages:
             return []
-        problem = self._check_writable() or _check_destination(topic, queue_id)
+        problem = self._check_writable() or check_destination(topic, queue_id)
         records: list[bytes] = []
         tags: list[int] = []
         if problem is None:
             for index, message in enumerate(messages):
-                encoded = self._encode(
+                encoded = self._encoder.encode(
                     topic,
                     queue_id,
                     message.body,
@@ -482,14 +364,14 @@ class MessageStore:
                     reconsume_times,
                 )
                 if isinstance(encoded, PutResult):
-                    problem = _failed(encoded.status, f"batch message #{index}: {encoded.error}")
+                    problem = failed(encoded.status, f"batch message #{index}: {encoded.error}")
                     break
                 records.append(encoded)
                 tags.append(tags_code_of(message.properties_raw))
         if problem is None:
             total = sum(len(r) for r in records)
             if total > self.max_message_size:
-                problem = _failed(
+                problem = failed(
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     f"batch of {total} bytes exceeds max_message_size {self.max_message_size}",
                 )
@@ -499,55 +381,13 @@ class MessageStore:
 
     def _check_writable(self) -> PutResult | None:
         if not self._opened:
-            return _failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is not open")
+            return failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is not open")
         if not self._writable:
-            return _failed(
+            return failed(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
                 "message store is not writable after a write error; restart it to recover",
             )
         return None
-
-    def _encode(
-        self,
-        topic: str,
-        queue_id: int,
-        body: bytes,
-        flag: int,
-        properties_raw: str,
-        sys_flag: int,
-        born_timestamp: int,
-        born_host: str,
-        reconsume_times: int,
-    ) -> bytes | PutResult:
-        if len(properties_raw) > _PROPERTIES_MAX // 3:
-            props_len = len(properties_raw.encode("utf-8"))
-            if props_len > _PROPERTIES_MAX:
-                return _failed(
-                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                    f"properties of {props_len} bytes exceed {_PROPERTIES_MAX}",
-                )
-        try:
-            record = encode_stored_message(
-                topic=topic,
-                body=body,
-                flag=flag,
-                queue_id=queue_id,
-                sys_flag=sys_flag,
-                born_timestamp=born_timestamp,
-                born_host=born_host,
-                store_host=self.store_host,
-                reconsume_times=reconsume_times,
-                properties_raw=properties_raw,
-            )
-        except ValueError as exc:
-            return _failed(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
-        if len(record) > self.max_message_size:
-            return _failed(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                f"message of {len(record)} bytes (stored) exceeds max_message_size "
-                f"{self.max_message_size}",
-            )
-        return record
 
     def _append(
         self,
@@ -562,7 +402,7 @@ class MessageStore:
         results: list[PutResult] = []
         with self._lock:
             if not self._writable:
-                refused = self._check_writable() or _failed(PutMessageStatus.UNKNOWN_ERROR, "")
+                refused = self._check_writable() or failed(PutMessageStatus.UNKNOWN_ERROR, "")
                 return [refused] * len(records)
             try:
                 cq = self._queue_for_write(topic, queue_id)
@@ -571,7 +411,7 @@ class MessageStore:
                 offset = self.commit_log.reserve(total)
             except OSError as exc:
                 log.exception("cannot create a store file")
-                failure = _failed(
+                failure = failed(
                     PutMessageStatus.CREATE_MAPEDFILE_FAILED, f"cannot create a store file: {exc}"
                 )
                 return [failure] * len(records)
@@ -591,7 +431,7 @@ class MessageStore:
             except OSError as exc:
                 log.exception("commit log write failed")
                 return [
-                    _failed(PutMessageStatus.UNKNOWN_ERROR, f"commit log write failed: {exc}")
+                    failed(PutMessageStatus.UNKNOWN_ERROR, f"commit log write failed: {exc}")
                 ] * len(records)
             try:
                 pos = 0
@@ -621,7 +461,7 @@ class MessageStore:
                 self._writable = False
                 log.exception("consume queue write failed; the store stops accepting writes")
                 return [
-                    _failed(PutMessageStatus.UNKNOWN_ERROR, f"consume queue write failed: {exc}")
+                    failed(PutMessageStatus.UNKNOWN_ERROR, f"consume queue write failed: {exc}")
                 ] * len(records)
             end = offset + total
             self._dispatched = end
@@ -679,13 +519,13 @@ class MessageStore:
             )
             return True
         real_qid = int(real_qid_text)
-        problem = self._check_writable() or _check_destination(real_topic, real_qid)
+        problem = self._check_writable() or check_destination(real_topic, real_qid)
         if problem is not None:
             if problem.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
                 return False
             log.error("scheduled message at %d skipped: %s", commit_log_offset, problem.error)
             return True
-        encoded = self._encode(
+        encoded = self._encoder.encode(
             real_topic,
             real_qid,
             fields.body,
@@ -743,340 +583,6 @@ class MessageStore:
         """Every (topic, queue id) that has a consume queue."""
         return sorted(self._queues)
 
-    # ------------------------------------------------------------------- reading
-
-    def get_messages(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_msgs: int,
-        max_total_bytes: int = 256 * 1024,
-        tag_filter: Callable[[int], bool] | None = None,
-    ) -> GetResult:
-        """DefaultMessageStore.getMessage: up to ``max_msgs`` records from ``offset``.
-
-        The first matching message is returned even when it alone exceeds
-        ``max_total_bytes``. Entries whose tag code ``tag_filter`` rejects are
-        skipped, and at most max(800, max_msgs) entries of one consume queue
-        file are examined, so a pull over non-matching messages answers
-        NO_MATCHED_MESSAGE with ``next_begin_offset`` moved past them.
-        An unknown queue answers like an empty one (NO_MESSAGE_IN_QUEUE), since
-        Java creates consume queues on lookup; NO_MATCHED_LOGIC_QUEUE is never
-        produced.
-        """
-        cq = self._queues.get((topic, queue_id))
-        if cq is None:
-            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0, (), 0)
-        min_offset = cq.min_offset
-        max_offset = cq.max_offset
-        if max_offset == 0:
-            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, 0, (), 0)
-        if offset < min_offset:
-            return GetResult(
-                GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset, (), 0
-            )
-        if offset == max_offset:
-            return GetResult(
-                GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset, (), 0
-            )
-        if offset > max_offset:
-            return GetResult(
-                GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset, (), 0
-            )
-        f = cq.file_for(offset)
-        if f is None:
-            return GetResult(
-                GetMessageStatus.OFFSET_FOUND_NULL,
-                cq.roll_next(offset),
-                min_offset,
-                max_offset,
-                (),
-                0,
-            )
-        available = min(max_offset, f.base_index + cq.entries_per_file) - offset
-        scan = min(available, max(_MIN_SCAN_ENTRIES, max_msgs))
-        start = (offset - f.base_index) * 20
-        entries = f.mm[start : start + scan * 20]
-
-        log_ = self.commit_log
-        seg_size = log_.segment_size
-        segments = log_.segments
-        first_index = log_.first_index
-        records: list[bytes] = []
-        append = records.append
-        total = 0
-        scanned = 0
-        if tag_filter is None and ENTRY.unpack_from(entries)[0] >= log_.min_offset:
-            # The common pull: no filter, nothing removed (entries only grow, so if the
-            # first is still in the log, all are). Only the size cap can stop early.
-            count = min(scan, max(max_msgs, 1))
-            flat = _entries_struct(count).unpack_from(entries)
-            first_phys = flat[0]
-            seg_number = first_phys // seg_size
-            sizes = flat[1::3]
-            total = sum(sizes)
-            if seg_number == flat[-3] // seg_size and (total <= max_total_bytes or count == 1):
-                seg = segments[seg_number - first_index]
-                mm = seg.mm
-                base = seg.base
-                return GetResult(
-                    GetMessageStatus.FOUND,
-                    offset + count,
-                    min_offset,
-                    max_offset,
-                    tuple(
-                        [mm[p - base : p - base + n] for p, n in zip(flat[::3], sizes, strict=True)]
-                    ),
-                    total,
-                )
-            total = 0
-            for phys, size in zip(flat[::3], sizes, strict=True):
-                if total and total + size > max_total_bytes:
-                    break
-                seg = segments[phys // seg_size - first_index]
-                pos = phys - seg.base
-                append(seg.mm[pos : pos + size])
-                total += size
-                scanned += 1
-            return GetResult(
-                GetMessageStatus.FOUND,
-                offset + scanned,
-                min_offset,
-                max_offset,
-                tuple(records),
-                total,
-            )
-        n_segments = len(segments)
-        write_end = log_.write_offset
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        count = 0
-        skip_below = -1
-        for phys, size, tags in ENTRY.iter_unpack(entries):
-            if phys < skip_below:
-                scanned += 1
-                continue
-            if total and (count >= max_msgs or total + size > max_total_bytes):
-                break
-            if tag_filter is not None and not tag_filter(tags):
-                if not total:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
-                scanned += 1
-                continue
-            idx = phys // seg_size - first_index
-            if 0 <= idx < n_segments and size > 0 and phys + size <= write_end:
-                seg = segments[idx]
-                pos = phys - seg.base
-                append(seg.mm[pos : pos + size])
-                total += size
-                count += 1
-                status = GetMessageStatus.FOUND
-                skip_below = -1
-            else:
-                if not total:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                skip_below = phys + seg_size - phys % seg_size
-            scanned += 1
-        return GetResult(status, offset + scanned, min_offset, max_offset, tuple(records), total)
-
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        cq = self._queues.get((topic, queue_id))
-        return 0 if cq is None else cq.min_offset
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        cq = self._queues.get((topic, queue_id))
-        return 0 if cq is None else cq.max_offset
-
-    @property
-    def commit_log_min_offset(self) -> int:
-        return self.commit_log.min_offset
-
-    @property
-    def commit_log_max_offset(self) -> int:
-        return self.commit_log.max_offset
-
-    def _store_time(self, phys: int, size: int) -> int:
-        seg = self.commit_log.segment_at(phys)
-        if seg is None or size < MIN_RECORD_SIZE or phys + size > self.commit_log.write_offset:
-            return -1
-        return store_timestamp_of(seg.mm, phys - seg.base)
-
-    def earliest_store_time(self, topic: str, queue_id: int) -> int:
-        """Store time of the queue's oldest message; -1 if it has none."""
-        cq = self._queues.get((topic, queue_id))
-        if cq is None:
-            return -1
-        entry = cq.entry(cq.min_offset)
-        if entry is None:
-            return -1
-        return self._store_time(entry[0], entry[1])
-
-    def store_time_at(self, topic: str, queue_id: int, queue_offset: int) -> int:
-        """Store time of one message (getMessageStoreTimeStamp); -1 if it is not there."""
-        cq = self._queues.get((topic, queue_id))
-        entry = None if cq is None else cq.entry(queue_offset)
-        return -1 if entry is None else self._store_time(entry[0], entry[1])
-
-    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """ConsumeQueue.getOffsetInQueueByTime: a binary search on store timestamps.
-
-        As in Java, the answer is the message stored at ``timestamp_ms`` or, when
-        there is none, the nearer of its two neighbours (the earlier one on a
-        tie); past the last message it is the last message's offset, not the max
-        offset. Unlike Java, which searches one consume queue file, this searches
-        the whole queue, and of several messages stored in the same millisecond
-        it answers the first. 0 for an empty or unknown queue.
-        """
-        cq = self._queues.get((topic, queue_id))
-        if cq is None or cq.max_offset <= cq.min_offset:
-            return 0
-        low, high = cq.min_offset, cq.max_offset - 1
-        log_min = self.commit_log.min_offset
-        left = right = target = -1
-        left_ts = right_ts = -1
-        while high >= low:
-            mid = (low + high) // 2
-            entry = cq.entry(mid)
-            if entry is None:
-                return 0
-            phys, size, _ = entry
-            if phys < log_min:
-                low = mid + 1
-                left = mid
-                continue
-            ts = self._store_time(phys, size)
-            if ts < 0:
-                return 0
-            if ts == timestamp_ms:
-                target = mid
-                break
-            if ts > timestamp_ms:
-                high = mid - 1
-                right, right_ts = mid, ts
-            else:
-                low = mid + 1
-                left, left_ts = mid, ts
-        if target >= 0:
-            while target > cq.min_offset:
-                before = cq.entry(target - 1)
-                if before is None or self._store_time(before[0], before[1]) != timestamp_ms:
-                    break
-                target -= 1
-            return target
-        if left_ts == -1:
-            return right if right >= 0 else cq.min_offset
-        if right_ts == -1:
-            return left
-        return right if abs(timestamp_ms - left_ts) > abs(timestamp_ms - right_ts) else left
-
-    def look_message(self, commit_log_offset: int) -> bytes | None:
-        """The whole record starting at ``commit_log_offset`` (VIEW_MESSAGE_BY_ID)."""
-        log_ = self.commit_log
-        if not log_.min_offset <= commit_log_offset <= log_.write_offset - MIN_RECORD_SIZE:
-            return None
-        seg = log_.segment_at(commit_log_offset)
-        if seg is None:
-            return None
-        total, magic = read_total_and_magic(seg.mm, commit_log_offset - seg.base)
-        if magic not in (MAGIC_CODE_V1, MAGIC_CODE_V2) or total < MIN_RECORD_SIZE:
-            return None
-        return log_.read(commit_log_offset, total)
-
-    # ------------------------------------------------------------------ retention
-
-    def delete_commit_log_before(self, commit_log_offset: int) -> int:
-        """Delete whole commit log segments that end at or before the offset (never the
-        last one). Consume queues keep pointing at them until
-        :meth:`clean_consume_queues`, as between Java's two clean services, so
-        pulls meanwhile answer MESSAGE_WAS_REMOVING. Returns segments deleted."""
-        with self._flush_lock, self._lock:
-            return self.commit_log.delete_segments(commit_log_offset)
-
-    def clean_consume_queues(self) -> int:
-        """Drop consume queue files and entries that precede the commit log's start."""
-        removed = 0
-        with self._flush_lock, self._lock:
-            log_min = self.commit_log.min_offset
-            for cq in self._queues.values():
-                removed += cq.correct_min(log_min)
-        return removed
-
-    def delete_topic(self, topic: str) -> int:
-        """Drop a topic's consume queues (Java's cleanUnusedTopic after DELETE_TOPIC_IN_BROKER).
-
-        Its records stay in the commit log until retention deletes them; only a full
-        rebuild (no usable checkpoint) would index them again. Returns queues dropped.
-        """
-        with self._flush_lock, self._lock:
-            queues = self._topic_queues.pop(topic, {})
-            for qid, cq in queues.items():
-                del self._queues[(topic, qid)]
-                cq.close()
-                for path in sorted(cq.directory.glob("*")):
-                    path.unlink()
-                cq.directory.rmdir()
-            topic_dir = self._cq_root / topic
-            if topic_dir.is_dir() and not any(topic_dir.iterdir()):
-                topic_dir.rmdir()
-            if queues:
-                fsync_dir(self._cq_root)
-        return len(queues)
-
-    def delete_expired(self, max_age_ms: int, *, now_ms: int | None = None) -> int:
-        """Delete segments last written more than ``max_age_ms`` ago (fileReservedTime),
-        then clean the consume queues. Returns segments deleted."""
-        now = self.now_ms() if now_ms is None else now_ms
-        cutoff = -1
-        for seg in list(self.commit_log.segments[:-1]):
-            modified = os.fstat(seg.fd).st_mtime_ns // 1_000_000
-            if now - modified <= max_age_ms:
-                break
-            cutoff = seg.base + self.segment_size
-        removed = self.delete_commit_log_before(cutoff) if cutoff >= 0 else 0
-        if removed:
-            self.clean_consume_queues()
-        return removed
-
-    # ------------------------------------------------------------------- flushing
-
-    def flush(self) -> None:
-        """fsync what was written and record it in the checkpoint."""
-        if not self._opened and self._flusher is None:
-            return
-        with self._flush_lock:
-            with self._lock:
-                dispatched = self._dispatched
-                queues = list(self._queues.values())
-                maxima = tuple((cq.topic, cq.queue_id, cq.max_offset) for cq in queues)
-            self.commit_log.sync(dispatched)
-            for cq in queues:
-                cq.sync()
-            checkpoint = recovery.Checkpoint(dispatched, maxima)
-            if checkpoint != self._checkpointed:
-                recovery.write_checkpoint(self.root / "checkpoint.json", checkpoint)
-                self._checkpointed = checkpoint
-
-    def _write_checkpoint(self, *, force: bool) -> None:
-        maxima = tuple((cq.topic, cq.queue_id, cq.max_offset) for cq in self._queues.values())
-        checkpoint = recovery.Checkpoint(self._dispatched, maxima)
-        if force or checkpoint != self._checkpointed:
-            for cq in self._queues.values():
-                cq.sync()
-            recovery.write_checkpoint(self.root / "checkpoint.json", checkpoint)
-            self._checkpointed = checkpoint
-
-    def _flush_loop(self) -> None:
-        last_documents = time.monotonic()
-        while not self._stop_flusher.wait(self.flush_interval):
-            try:
-                self.flush()
-                if time.monotonic() - last_documents >= _OFFSETS_PERSIST_INTERVAL:
-                    last_documents = time.monotonic()
-                    self.consumer_offsets.persist()
-                    self.schedule.persist()
-            except Exception:
-                log.exception("periodic flush of the message store failed")
-
     def stats(self) -> StoreStats:
         return StoreStats(
             self.commit_log.min_offset,
@@ -1085,20 +591,3 @@ class MessageStore:
             len(self._queues),
             self.last_recovery,
         )
-
-
-@functools.lru_cache(maxsize=4096)
-def _valid_topic(topic: str) -> bool:
-    return len(topic) <= _TOPIC_MAX_LENGTH and _TOPIC_PATTERN.match(topic) is not None
-
-
-def _check_destination(topic: str, queue_id: int) -> PutResult | None:
-    if not _valid_topic(topic):
-        return _failed(
-            PutMessageStatus.MESSAGE_ILLEGAL,
-            f"topic {topic!r} is not valid: at most {_TOPIC_MAX_LENGTH} characters "
-            "of %|a-zA-Z0-9_-",
-        )
-    if queue_id < 0:
-        return _failed(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is negative")
-    return None
