@@ -17,7 +17,7 @@ import os
 import struct
 from pathlib import Path
 
-from .files import StoreError, fsync_dir
+from .files import MappedFile, StoreError, fsync_dir, numbered_files
 from .records import BLANK_MAGIC
 
 __all__ = ["END_BLANK_MIN", "CommitLog", "Segment"]
@@ -27,34 +27,22 @@ END_BLANK_MIN = 8
 _BLANK = struct.Struct(">ii")
 
 
-class Segment:
+class Segment(MappedFile):
     """One open segment file."""
 
-    __slots__ = ("base", "fd", "mm", "path")
+    __slots__ = ("base",)
 
     def __init__(self, path: Path, base: int, size: int, *, create: bool) -> None:
-        self.path = path
         self.base = base
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(path, flags, 0o644)
-        try:
-            actual = os.fstat(self.fd).st_size
-            if create or actual == 0:
-                # A crash between creating the file and sizing it leaves it empty.
-                os.ftruncate(self.fd, size)
-            elif actual != size:
-                raise StoreError(
-                    f"commit log segment {path} has {actual} bytes but segment_size is {size}; "
-                    "open the store with the segment size it was written with"
-                )
-            self.mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ)
-        except BaseException:
-            os.close(self.fd)
-            raise
-
-    def close(self) -> None:
-        self.mm.close()
-        os.close(self.fd)
+        super().__init__(
+            path,
+            size,
+            create=create,
+            mismatch=lambda actual: (
+                f"commit log segment {path} has {actual} bytes but segment_size is {size}; "
+                "open the store with the segment size it was written with"
+            ),
+        )
 
 
 def segment_name(base: int) -> str:
@@ -79,21 +67,17 @@ class CommitLog:
     def load(self) -> None:
         """Open the existing segments (validation is recovery's job)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        bases: list[int] = []
-        for entry in self.directory.iterdir():
-            if entry.name.endswith(".tmp"):
-                continue
-            if not (entry.is_file() and entry.name.isdigit()):
-                raise StoreError(f"unexpected file in commit log directory: {entry}")
-            base = int(entry.name)
-            if base % self.segment_size:
-                raise StoreError(
-                    f"commit log segment {entry} does not start at a multiple of "
-                    f"segment_size {self.segment_size}; open the store with the segment "
-                    "size it was written with"
-                )
-            bases.append(base)
-        bases.sort()
+        bases = numbered_files(
+            self.directory,
+            self.segment_size,
+            kind="commit log",
+            misaligned=lambda entry: (
+                f"commit log segment {entry} does not start at a multiple of "
+                f"segment_size {self.segment_size}; open the store with the segment "
+                "size it was written with"
+            ),
+            ignore_tmp=True,
+        )
         for prev, nxt in itertools.pairwise(bases):
             if nxt != prev + self.segment_size:
                 raise StoreError(

@@ -12,12 +12,11 @@ rebuilds whatever the commit log holds and the queue does not.
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
 import struct
 from pathlib import Path
 
-from .files import StoreError, fsync_dir
+from .files import MappedFile, fsync_dir, numbered_files
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "ConsumeQueue", "CqFile"]
 
@@ -27,34 +26,23 @@ _ZERO_ENTRY = bytes(ENTRY_SIZE)
 _SIZE_FIELD = struct.Struct(">i")
 
 
-class CqFile:
+class CqFile(MappedFile):
     """One open consume queue file."""
 
-    __slots__ = ("base_index", "dirty", "fd", "mm", "path")
+    __slots__ = ("base_index", "dirty")
 
     def __init__(self, path: Path, base_index: int, byte_size: int, *, create: bool) -> None:
-        self.path = path
         self.base_index = base_index
         self.dirty = False
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(path, flags, 0o644)
-        try:
-            actual = os.fstat(self.fd).st_size
-            if create or actual == 0:
-                os.ftruncate(self.fd, byte_size)
-            elif actual != byte_size:
-                raise StoreError(
-                    f"consume queue file {path} has {actual} bytes, expected {byte_size} "
-                    "(cq_entries_per_file x 20); open the store with the size it was written with"
-                )
-            self.mm = mmap.mmap(self.fd, byte_size, access=mmap.ACCESS_READ)
-        except BaseException:
-            os.close(self.fd)
-            raise
-
-    def close(self) -> None:
-        self.mm.close()
-        os.close(self.fd)
+        super().__init__(
+            path,
+            byte_size,
+            create=create,
+            mismatch=lambda actual: (
+                f"consume queue file {path} has {actual} bytes, expected {byte_size} "
+                "(cq_entries_per_file x 20); open the store with the size it was written with"
+            ),
+        )
 
 
 class ConsumeQueue:
@@ -91,20 +79,17 @@ class ConsumeQueue:
 
     def load(self) -> None:
         """Open existing files and find the end of the written entries."""
-        bases: list[int] = []
-        for entry in self.directory.iterdir():
-            if not (entry.is_file() and entry.name.isdigit()):
-                raise StoreError(f"unexpected file in consume queue directory: {entry}")
-            byte_base = int(entry.name)
-            if byte_base % self.file_bytes:
-                raise StoreError(
-                    f"consume queue file {entry} does not start at a multiple of "
-                    f"{self.file_bytes} bytes; open the store with the cq_entries_per_file "
-                    "it was written with"
-                )
-            bases.append(byte_base // ENTRY_SIZE)
-        bases.sort()
-        for base in bases:
+        byte_bases = numbered_files(
+            self.directory,
+            self.file_bytes,
+            kind="consume queue",
+            misaligned=lambda entry: (
+                f"consume queue file {entry} does not start at a multiple of "
+                f"{self.file_bytes} bytes; open the store with the cq_entries_per_file "
+                "it was written with"
+            ),
+        )
+        for base in (byte_base // ENTRY_SIZE for byte_base in byte_bases):
             path = self.directory / f"{base * ENTRY_SIZE:020d}"
             self._add_file(CqFile(path, base, self.file_bytes, create=False))
         if not self.files:

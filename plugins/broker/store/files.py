@@ -1,14 +1,25 @@
-"""Small file helpers shared by the store: atomic JSON documents and directory fsync."""
+"""File helpers shared by the store: mapped fixed-size files, numbered file names,
+atomic replacement of small documents, directory fsync."""
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StoreError", "fsync_dir", "read_json_document", "write_json_document"]
+__all__ = [
+    "MappedFile",
+    "StoreError",
+    "fsync_dir",
+    "numbered_files",
+    "read_json_document",
+    "replace_file",
+    "write_json_document",
+]
 
 
 class StoreError(Exception):
@@ -24,15 +35,71 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_document(path: Path, document: Any) -> None:
-    """Replace ``path`` atomically, keeping the previous version as ``<name>.bak``.
+class MappedFile:
+    """A fixed-size file written with ``pwrite`` and read through a read-only shared mapping.
 
-    Java's MixAll.string2File keeps a ``.bak`` too; here the new content goes to a
-    temporary file that is fsynced and renamed over the old one, so a crash leaves
-    either the old or the new document, never half of one.
+    Created at full size as a sparse file. ``mismatch`` words the error for an
+    existing file of another size (the store was opened with other sizes).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(document, indent=2, sort_keys=True).encode("utf-8")
+
+    __slots__ = ("fd", "mm", "path")
+
+    def __init__(
+        self, path: Path, size: int, *, create: bool, mismatch: Callable[[int], str]
+    ) -> None:
+        self.path = path
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        try:
+            actual = os.fstat(self.fd).st_size
+            if create or actual == 0:
+                # A crash between creating the file and sizing it leaves it empty.
+                os.ftruncate(self.fd, size)
+            elif actual != size:
+                raise StoreError(mismatch(actual))
+            self.mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+
+def numbered_files(
+    directory: Path,
+    unit: int,
+    *,
+    kind: str,
+    misaligned: Callable[[Path], str],
+    ignore_tmp: bool = False,
+) -> list[int]:
+    """The byte offsets that name the files of ``directory``, sorted.
+
+    Every name must be digits and a multiple of ``unit``; anything else is a
+    StoreError (``kind`` names the directory, ``misaligned`` words that error).
+    """
+    bases: list[int] = []
+    for entry in directory.iterdir():
+        if ignore_tmp and entry.name.endswith(".tmp"):
+            continue
+        if not (entry.is_file() and entry.name.isdigit()):
+            raise StoreError(f"unexpected file in {kind} directory: {entry}")
+        base = int(entry.name)
+        if base % unit:
+            raise StoreError(misaligned(entry))
+        bases.append(base)
+    bases.sort()
+    return bases
+
+
+def replace_file(path: Path, data: bytes, *, keep_backup: bool = False) -> None:
+    """Replace ``path`` with ``data`` atomically: a crash leaves the old or the new content.
+
+    The new content goes to a temporary file that is fsynced and renamed over the
+    old one; with ``keep_backup`` the old content is kept as ``<name>.bak`` first.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -40,10 +107,21 @@ def write_json_document(path: Path, document: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    if path.exists():
+    if keep_backup and path.exists():
         shutil.copyfile(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_json_document(path: Path, document: Any) -> None:
+    """Replace ``path`` atomically, keeping the previous version as ``<name>.bak``.
+
+    Java's MixAll.string2File keeps a ``.bak`` too; a crash leaves either the old
+    or the new document, never half of one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(document, indent=2, sort_keys=True).encode("utf-8")
+    replace_file(path, data, keep_backup=True)
 
 
 def read_json_document(path: Path) -> Any | None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,7 +38,7 @@ import attrs
 
 from .commitlog import END_BLANK_MIN, CommitLog
 from .consumequeue import ConsumeQueue
-from .files import fsync_dir
+from .files import replace_file
 from .records import BLANK_MAGIC, RecordInfo, inspect_record, read_total_and_magic
 
 __all__ = ["Checkpoint", "RecoveryReport", "read_checkpoint", "recover", "write_checkpoint"]
@@ -86,15 +85,7 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
             "queueMaxOffsets": [list(m) for m in checkpoint.queue_maxima],
         }
     ).encode("utf-8")
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    replace_file(path, data)
 
 
 class _Gap(Exception):
