@@ -18,7 +18,7 @@ from rmqk.plugins.broker.clients import ClientChannelInfo, subscription_to_json
 from rmqk.plugins.broker.commands import HeaderError, Headers, make_request, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.broker2client import call_client, reset_offset
-from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import save_topic, validate_topic
 from rmqk.plugins.broker.store.topics import TopicConfig
 from rmqk.protocol import RemotingCommand, ResponseCode
@@ -26,11 +26,8 @@ from rmqk.protocol import RemotingCommand, ResponseCode
 __all__ = ["AdminBrokerProcessor"]
 
 
-class AdminBrokerProcessor:
+class AdminBrokerProcessor(Processor):
     """The admin requests of Apache's AdminBrokerProcessor that the embedded broker serves."""
-
-    def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
 
     # -- offsets and store times of queues -------------------------------------
 

@@ -13,7 +13,7 @@ from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.clients import ClientChannelInfo, parse_heartbeat
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
-from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import create_topic_in_send_back
 from rmqk.protocol import RemotingCommand, ResponseCode
 
@@ -22,11 +22,8 @@ __all__ = ["ClientManageProcessor"]
 log = logging.getLogger("rmqk.broker")
 
 
-class ClientManageProcessor:
+class ClientManageProcessor(Processor):
     """Keeps the client manager's table of producers and consumers up to date."""
-
-    def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
 
     def heart_beat(
         self, conn: Connection, request: RemotingCommand, serialize_type: int

@@ -8,17 +8,14 @@ from __future__ import annotations
 from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
-from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.processors.context import Processor
 from rmqk.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["ConsumerManageProcessor"]
 
 
-class ConsumerManageProcessor:
+class ConsumerManageProcessor(Processor):
     """Which consumers a group has, and where each of its queues was consumed to."""
-
-    def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
 
     def get_consumer_list_by_group(
         self, conn: Connection, request: RemotingCommand, serialize_type: int

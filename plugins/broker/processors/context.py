@@ -18,7 +18,7 @@ from rmqk.plugins.broker.locks import RebalanceLockManager
 from rmqk.plugins.broker.store.topics import TopicConfigs
 from rmqk.protocol import RequestCode
 
-__all__ = ["BrokerContext", "BrokerSettings"]
+__all__ = ["BrokerContext", "BrokerSettings", "Processor"]
 
 
 @attrs.frozen
@@ -90,3 +90,10 @@ class BrokerContext:
             return
         request = make_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
         channel.oneway(request)
+
+
+class Processor:
+    """A request processor: what it works on is the broker-wide context."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx

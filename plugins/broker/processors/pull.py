@@ -22,7 +22,7 @@ from rmqk.model import (
 from rmqk.plugins.broker.commands import HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.longpoll import HeldPull, PullHoldService
-from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.processors.context import BrokerContext, Processor
 from rmqk.plugins.broker.processors.topics import FAQ_SUFFIX
 from rmqk.protocol import PullSysFlag, RemotingCommand, ResponseCode
 
@@ -53,11 +53,11 @@ def _java_addr(conn: Connection) -> str:
     return "/" + conn.remote_addr
 
 
-class PullMessageProcessor:
+class PullMessageProcessor(Processor):
     """Answers pulls now, or holds them until a message arrives or the suspend time ends."""
 
     def __init__(self, ctx: BrokerContext, *, hold_check_interval: float) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.holds = PullHoldService(
             self._answer_held_pull, self._max_offset, check_interval=hold_check_interval
         )

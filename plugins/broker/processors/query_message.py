@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
-from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.processors.context import Processor
 from rmqk.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["QueryMessageProcessor"]
 
 
-class QueryMessageProcessor:
+class QueryMessageProcessor(Processor):
     """Reads messages back from the store for admin tools."""
-
-    def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
 
     def view_message_by_id(
         self, conn: Connection, request: RemotingCommand, serialize_type: int

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -16,7 +17,7 @@ from rmqk.message import MessageProperty, parse_properties
 from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
 from rmqk.plugins.broker.commands import HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
-from rmqk.plugins.broker.processors.context import BrokerContext
+from rmqk.plugins.broker.processors.context import BrokerContext, Processor
 from rmqk.plugins.broker.processors.end_transaction import refuse_half_message
 from rmqk.plugins.broker.processors.topics import (
     FAQ_SUFFIX,
@@ -73,12 +74,67 @@ class _SendHeader:
     max_reconsume_times: int | None
 
 
-class SendMessageProcessor:
+# The send header's fields in _SendHeader's order, by their V1 names and by the
+# one-letter names SendMessageRequestHeaderV2 gives them.
+_V1_NAMES = (
+    "producerGroup",
+    "topic",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "queueId",
+    "sysFlag",
+    "bornTimestamp",
+    "flag",
+    "properties",
+    "reconsumeTimes",
+    "unitMode",
+    "batch",
+    "maxReconsumeTimes",
+)
+_V2_NAMES = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m", "l")
+# The @CFNotNull fields of SendMessageRequestHeader.
+_V1_REQUIRED = _V1_NAMES[:8]
+
+
+def _decode_send_header(get: Callable[[str], str | None], names: tuple[str, ...]) -> _SendHeader:
+    """Both header versions parse alike: a missing or non-numeric number is null."""
+    (
+        producer_group,
+        topic,
+        default_topic,
+        default_topic_queue_nums,
+        queue_id,
+        sys_flag,
+        born_timestamp,
+        flag,
+        properties,
+        reconsume_times,
+        unit_mode,
+        batch,
+        max_reconsume_times,
+    ) = names
+    return _SendHeader(
+        producer_group=get(producer_group),
+        topic=get(topic),
+        default_topic=get(default_topic),
+        default_topic_queue_nums=_opt_int(get(default_topic_queue_nums)),
+        queue_id=_opt_int(get(queue_id)),
+        sys_flag=_opt_int(get(sys_flag)),
+        born_timestamp=_opt_int(get(born_timestamp)),
+        flag=_opt_int(get(flag)),
+        properties=get(properties),
+        reconsume_times=_opt_int(get(reconsume_times)),
+        unit_mode=_is_true(get(unit_mode)),
+        batch=_is_true(get(batch)),
+        max_reconsume_times=_opt_int(get(max_reconsume_times)),
+    )
+
+
+class SendMessageProcessor(Processor):
     """Stores what producers send and what consumers send back for a retry."""
 
     def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
-
+        super().__init__(ctx)
         # What every send response carries, stringified once.
         self._send_fields: dict[str, str] = {
             "MSG_REGION": ctx.settings.region_id,
@@ -86,50 +142,11 @@ class SendMessageProcessor:
         }
 
     def _send_header(self, request: RemotingCommand) -> _SendHeader:
-        h = Headers(request)
         if request.code == RequestCode.SEND_MESSAGE:
-            h.require(
-                "producerGroup",
-                "topic",
-                "defaultTopic",
-                "defaultTopicQueueNums",
-                "queueId",
-                "sysFlag",
-                "bornTimestamp",
-                "flag",
-            )
-            return _SendHeader(
-                producer_group=h.opt_text("producerGroup"),
-                topic=h.opt_text("topic"),
-                default_topic=h.opt_text("defaultTopic"),
-                default_topic_queue_nums=h.opt_number("defaultTopicQueueNums"),
-                queue_id=h.opt_number("queueId"),
-                sys_flag=h.opt_number("sysFlag"),
-                born_timestamp=h.opt_number("bornTimestamp"),
-                flag=h.opt_number("flag"),
-                properties=h.opt_text("properties"),
-                reconsume_times=h.opt_number("reconsumeTimes"),
-                unit_mode=h.boolean("unitMode"),
-                batch=h.boolean("batch"),
-                max_reconsume_times=h.opt_number("maxReconsumeTimes"),
-            )
+            Headers(request).require(*_V1_REQUIRED)
+            return _decode_send_header(request.ext_fields.get, _V1_NAMES)
         # SendMessageRequestHeaderV2 is decoded without null checks (FastCodesHeader).
-        get = request.ext_fields.get
-        return _SendHeader(
-            producer_group=get("a"),
-            topic=get("b"),
-            default_topic=get("c"),
-            default_topic_queue_nums=_opt_int(get("d")),
-            queue_id=_opt_int(get("e")),
-            sys_flag=_opt_int(get("f")),
-            born_timestamp=_opt_int(get("g")),
-            flag=_opt_int(get("h")),
-            properties=get("i"),
-            reconsume_times=_opt_int(get("j")),
-            unit_mode=_is_true(get("k")),
-            batch=_is_true(get("m")),
-            max_reconsume_times=_opt_int(get("l")),
-        )
+        return _decode_send_header(request.ext_fields.get, _V2_NAMES)
 
     def _send_response(self, request: RemotingCommand) -> RemotingCommand:
         response = make_response(request)

@@ -77,16 +77,7 @@ def create_topic_in_send_back(
     if cfg is not None:
         return cfg
     log.info("creating topic %s with %d queues", topic, queue_nums)
-    return save_topic(
-        ctx,
-        TopicConfig(
-            topic_name=topic,
-            read_queue_nums=queue_nums,
-            write_queue_nums=queue_nums,
-            perm=perm,
-            topic_sys_flag=sys_flag,
-        ),
-    )
+    return _save_new_topic(ctx, topic, queue_nums, perm, sys_flag)
 
 
 def create_topic_in_send(
@@ -112,14 +103,26 @@ def create_topic_in_send(
         return None
     queue_nums = max(0, min(client_queue_nums, default.write_queue_nums))
     log.info("auto-creating topic %s with %d queues (from %s)", topic, queue_nums, default_topic)
-    return save_topic(
-        ctx,
-        TopicConfig(
-            topic_name=topic,
-            read_queue_nums=queue_nums,
-            write_queue_nums=queue_nums,
-            perm=perm & ~PERM_INHERIT,
-            topic_sys_flag=sys_flag,
-            topic_filter_type=default.topic_filter_type,
-        ),
+    return _save_new_topic(
+        ctx, topic, queue_nums, perm & ~PERM_INHERIT, sys_flag, default.topic_filter_type
     )
+
+
+def _save_new_topic(
+    ctx: BrokerContext,
+    topic: str,
+    queue_nums: int,
+    perm: int,
+    sys_flag: int,
+    filter_type: str = "SINGLE_TAG",
+) -> TopicConfig:
+    # A topic the broker creates itself has as many read queues as write queues.
+    cfg = TopicConfig(
+        topic_name=topic,
+        read_queue_nums=queue_nums,
+        write_queue_nums=queue_nums,
+        perm=perm,
+        topic_filter_type=filter_type,
+        topic_sys_flag=sys_flag,
+    )
+    return save_topic(ctx, cfg)
