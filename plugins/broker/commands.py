@@ -15,10 +15,19 @@ from rmqk.protocol import (
     stringify_fields,
 )
 
-__all__ = ["APACHE_VERSION", "HeaderError", "Headers", "make_request", "make_response"]
+__all__ = [
+    "APACHE_VERSION",
+    "FAQ_SUFFIX",
+    "HeaderError",
+    "Headers",
+    "make_request",
+    "make_response",
+]
 
 # What an Apache 4.9.8 server puts in the version field (MQVersion.Version.V4_9_8.ordinal()).
 APACHE_VERSION = 409
+# What Apache appends to many remarks (FAQUrl.suggestTodo).
+FAQ_SUFFIX = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 def make_response(

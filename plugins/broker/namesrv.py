@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from rmqk.plugins.broker import jsonwire
-from rmqk.plugins.broker.commands import Headers, make_response
+from rmqk.plugins.broker.commands import FAQ_SUFFIX, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.server import RemotingServer
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -32,7 +32,6 @@ log = logging.getLogger("rmqk.broker.namesrv")
 # MQVersion.Version.V4_9_4.ordinal(): from this client version on, route data is standard JSON.
 V4_9_4 = 401
 MASTER_ID = 0
-FAQ_SUFFIX = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 @attrs.frozen

@@ -19,11 +19,10 @@ from rmqk.model import (
     SubscriptionData,
     java_string_hash,
 )
-from rmqk.plugins.broker.commands import HeaderError, Headers, make_response
+from rmqk.plugins.broker.commands import FAQ_SUFFIX, HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.longpoll import HeldPull, PullHoldService
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
-from rmqk.plugins.broker.processors.topics import FAQ_SUFFIX
 from rmqk.protocol import PullSysFlag, RemotingCommand, ResponseCode
 
 __all__ = ["PullMessageProcessor", "build_broker_subscription"]

@@ -15,12 +15,11 @@ import attrs
 
 from rmqk.message import MessageProperty, parse_properties
 from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
-from rmqk.plugins.broker.commands import HeaderError, Headers, make_response
+from rmqk.plugins.broker.commands import FAQ_SUFFIX, HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
 from rmqk.plugins.broker.processors.end_transaction import refuse_half_message
 from rmqk.plugins.broker.processors.topics import (
-    FAQ_SUFFIX,
     TOPIC_MAX_LENGTH,
     create_topic_in_send,
     create_topic_in_send_back,

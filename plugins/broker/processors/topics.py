@@ -14,7 +14,6 @@ from rmqk.plugins.broker.store.topics import TopicConfig
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
-    "FAQ_SUFFIX",
     "TOPIC_MAX_LENGTH",
     "create_topic_in_send",
     "create_topic_in_send_back",
@@ -26,7 +25,6 @@ __all__ = [
 
 log = logging.getLogger("rmqk.broker")
 
-FAQ_SUFFIX = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 TOPIC_MAX_LENGTH = 127
 _VALID_NAME_CHARS = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
