@@ -42,7 +42,7 @@ from rmqk.hookcalls import (
 if TYPE_CHECKING:
     from rmqk.cli import Command
     from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, Sink
-    from rmqk.engine.consume import ConsumeService
+    from rmqk.consume_host import ConsumeService
     from rmqk.transport import Transport, TransportConfig
 
 __all__ = [
