@@ -41,8 +41,8 @@ from rmqk.hookcalls import (
 
 if TYPE_CHECKING:
     from rmqk.cli import Command
-    from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, Sink
     from rmqk.consume_host import ConsumeService
+    from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, Sink
     from rmqk.transport import Transport, TransportConfig
 
 __all__ = [
