@@ -32,7 +32,8 @@ def test_default_plugins_load_through_entry_points() -> None:
 
 def test_disable_autoload_loads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RMQK_DISABLE_PLUGIN_AUTOLOAD", "1")
-    assert loaded() == set()
+    # Only the kernel's essential plugin (its built-in commands), which cannot be disabled.
+    assert loaded() == {"rmqk-builtins"}
     with pytest.raises(PluginError, match=r"unknown allocation strategy 'AVG'; registered: \(none"):
         registries().allocation_strategies.get("AVG")
 
