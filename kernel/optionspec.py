@@ -472,14 +472,13 @@ def convert_values(
     return values, problems
 
 
-def parse_options(
-    cls: type[T], mapping: Mapping[str, Any] | None, where: Where
-) -> tuple[T, list[ConfigProblem]]:
+def parse_options(cls: type[T], mapping: object, where: Where) -> tuple[T, list[ConfigProblem]]:
     """Resolve ``mapping`` into the options class ``cls`` (declared with :func:`option`).
 
     Returns the options, with defaults for keys not given and for keys whose
     value was rejected, and every problem found; the options are only meaningful
-    when there are no problems. ``None`` is an empty table.
+    when there are no problems. ``None`` is an empty table; anything else that
+    is not a mapping is one problem.
     """
     if mapping is None:
         mapping = {}
@@ -490,7 +489,7 @@ def parse_options(
     return cls(**values), problems
 
 
-def load_options(cls: type[T], mapping: Mapping[str, Any] | None, where: Where) -> T:
+def load_options(cls: type[T], mapping: object, where: Where) -> T:
     """:func:`parse_options`, raising :class:`ConfigError` with every problem found."""
     options, problems = parse_options(cls, mapping, where)
     if problems:
