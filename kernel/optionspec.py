@@ -42,6 +42,7 @@ __all__ = [
     "option_specs",
     "parse_options",
     "plugin_unknown_key_message",
+    "rehome",
     "render_key",
     "render_value",
     "suggest",
@@ -495,6 +496,26 @@ def load_options(cls: type[T], mapping: object, where: Where) -> T:
     if problems:
         raise ConfigError(problems)
     return options
+
+
+def rehome(error: ConfigError, path: str, table: str) -> ConfigError:
+    """``error`` with placeholder paths (``"<options>"``, ``"<sink_options>"``) filled in.
+
+    A plugin factory does not know the file or the consumer table it was
+    configured from; whoever does calls this, so ``<sink_options>`` and table
+    ``jsonl`` become ``[consumers.orders.sink_options]`` in ``consumers.toml``,
+    the message starting with ``jsonl:``. Other problems are kept as they are.
+    """
+    out = []
+    for p in error.problems:
+        inner = p.path[1:-1] if p.path.startswith("<") and p.path.endswith(">") else ""
+        if inner != "options" and not inner.endswith("_options"):
+            out.append(p)
+            continue
+        sub = p.table if inner == "options" else inner
+        message = p.message if p.table in ("", sub) else f"{p.table}: {p.message}"
+        out.append(ConfigProblem(path, f"{table}.{sub}" if sub else table, p.key, message))
+    return ConfigError(out)
 
 
 # -- how values and keys are shown ------------------------------------------------------
