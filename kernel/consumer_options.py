@@ -36,10 +36,12 @@ from rmqk.optionspec import (
     Where,
     convert_values,
     option_specs,
+)
+from rmqk.optionspec import option as _option
+from rmqk.optiontext import (
     suggest,
     unknown_key_message,
 )
-from rmqk.optionspec import option as _option
 
 __all__ = [
     "OPTIONS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rmqk.optionspec import describe_value
+from rmqk.optiontext import describe_value
 
 __all__ = [
     "DEFAULT_CONSUMER_GROUP",

@@ -1,8 +1,9 @@
 """Options: the consumer's option table and the machinery plugins declare theirs with.
 
 This module is the public face of both. The machinery lives in
-:mod:`rmqk.optionspec`, the consumer's declarative table in
-:mod:`rmqk.consumer_options`, and Java's name checks in :mod:`rmqk.names`.
+:mod:`rmqk.optionspec` (with :mod:`rmqk.optiontext` for how values are shown),
+the consumer's declarative table in :mod:`rmqk.consumer_options`, and Java's
+name checks in :mod:`rmqk.names`.
 
 A plugin declares the options its table takes as a frozen attrs class whose
 fields are made by :func:`option`, and resolves a table with
@@ -51,7 +52,6 @@ from rmqk.optionspec import (
     OptionType,
     Where,
     check_timestamp,
-    describe_value,
     freeze,
     load_object,
     load_options,
@@ -60,10 +60,13 @@ from rmqk.optionspec import (
     parse_options,
     plugin_unknown_key_message,
     rehome,
+    thaw,
+)
+from rmqk.optiontext import (
+    describe_value,
     render_key,
     render_value,
     suggest,
-    thaw,
     unknown_key_message,
 )
 

@@ -11,12 +11,11 @@ declared this way, and the reference pages are generated from the declarations.
 
 from __future__ import annotations
 
-import difflib
 import enum
 import importlib
 import os
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 import attrs
 
 from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.optiontext import describe_value, render_key, render_value, suggest
 
 __all__ = [
     "JAVA_INT_MAX",
@@ -34,7 +34,7 @@ __all__ = [
     "OptionType",
     "Where",
     "check_timestamp",
-    "describe_value",
+    "convert_values",
     "freeze",
     "load_object",
     "load_options",
@@ -43,11 +43,7 @@ __all__ = [
     "parse_options",
     "plugin_unknown_key_message",
     "rehome",
-    "render_key",
-    "render_value",
-    "suggest",
     "thaw",
-    "unknown_key_message",
 ]
 
 JAVA_INT_MAX = 2**31 - 1
@@ -114,6 +110,8 @@ class OptionSpec:
     required: str | None = None
     # Run on the converted value; returns the value to keep or raises OptionInvalid.
     check: Callable[[Any], Any] | None = attrs.field(default=None, eq=False, hash=False)
+    # The attribute of the options class; the name is the key in the table.
+    attr: str = ""
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -386,11 +384,13 @@ def option(
     """An attrs field that declares one option; the keywords are :class:`OptionSpec`'s.
 
     Use it for every field of a frozen attrs class; :func:`parse_options` then
-    resolves a mapping into that class. The option's name is the field's name.
+    resolves a mapping into that class. The option's key in a table is the
+    field's name unless ``name`` says otherwise (``name="startingOffsets"``).
     Mypy and ruff see an ``attrs.field`` of type Any (RUF009 may need a noqa on
     fields whose default is a call).
     """
-    meta = {_SPEC: OptionSpec(name="", value_type=value_type, doc=doc, default=default, **spec)}
+    name = spec.pop("name", "")
+    meta = {_SPEC: OptionSpec(name=name, value_type=value_type, doc=doc, default=default, **spec)}
     hashable = value_type not in (OptionType.TABLE, OptionType.ANY)
     if factory is not None:
         return attrs.field(factory=factory, metadata=meta, hash=hashable)
@@ -408,7 +408,8 @@ def option_specs(cls: type) -> Mapping[str, OptionSpec]:
         for field in attrs.fields(cls):
             spec: OptionSpec | None = field.metadata.get(_SPEC)
             if spec is not None:
-                specs[field.name] = attrs.evolve(spec, name=field.name)
+                name = spec.name or field.name
+                specs[name] = attrs.evolve(spec, name=name, attr=field.name)
         cached = _SPECS_CACHE[cls] = MappingProxyType(specs)
     return cached
 
@@ -454,8 +455,12 @@ def convert_values(
     where: Where,
     *,
     unknown: Callable[[str, Collection[str]], str] = plugin_unknown_key_message,
+    text: bool = False,
 ) -> tuple[dict[str, Any], list[ConfigProblem]]:
-    """Each given value converted by its spec, and a problem for every bad or unknown key."""
+    """Each given value converted by its spec, and a problem for every bad or unknown key.
+
+    With ``text``, a string given for a number or boolean is read as one first.
+    """
     problems: list[ConfigProblem] = []
     values: dict[str, Any] = {}
     for key, raw in mapping.items():
@@ -463,6 +468,8 @@ def convert_values(
         if spec is None:
             problems.append(where.problem(str(key), unknown(str(key), list(specs))))
             continue
+        if text and isinstance(raw, str):
+            raw = _from_text(spec, raw)
         try:
             values[key] = spec.convert(raw)
         except OptionInvalid as exc:
@@ -473,26 +480,45 @@ def convert_values(
     return values, problems
 
 
-def parse_options(cls: type[T], mapping: object, where: Where) -> tuple[T, list[ConfigProblem]]:
+def _from_text(spec: OptionSpec, raw: str) -> object:
+    text = raw.strip()
+    try:
+        if spec.value_type is OptionType.INT:
+            return int(text)
+        if spec.value_type is OptionType.FLOAT:
+            return float(text)
+    except ValueError:
+        return raw
+    if spec.value_type is OptionType.BOOL:
+        return {"true": True, "false": False}.get(text.lower(), raw)
+    return raw
+
+
+def parse_options(
+    cls: type[T], mapping: object, where: Where, *, text: bool = False
+) -> tuple[T, list[ConfigProblem]]:
     """Resolve ``mapping`` into the options class ``cls`` (declared with :func:`option`).
 
     Returns the options, with defaults for keys not given and for keys whose
     value was rejected, and every problem found; the options are only meaningful
     when there are no problems. ``None`` is an empty table; anything else that
-    is not a mapping is one problem.
+    is not a mapping is one problem. ``text`` is for tables whose values are all
+    strings (Spark options, environment variables, command lines): ``"10"`` is
+    then accepted for an integer and ``"true"`` for a boolean.
     """
     if mapping is None:
         mapping = {}
     if not isinstance(mapping, Mapping):
         problem = where.problem(None, f"options must be a table, got {describe_value(mapping)}")
         return cls(), [problem]
-    values, problems = convert_values(option_specs(cls), mapping, where)
-    return cls(**values), problems
+    specs = option_specs(cls)
+    values, problems = convert_values(specs, mapping, where, text=text)
+    return cls(**{specs[k].attr: v for k, v in values.items()}), problems
 
 
-def load_options(cls: type[T], mapping: object, where: Where) -> T:
+def load_options(cls: type[T], mapping: object, where: Where, *, text: bool = False) -> T:
     """:func:`parse_options`, raising :class:`ConfigError` with every problem found."""
-    options, problems = parse_options(cls, mapping, where)
+    options, problems = parse_options(cls, mapping, where, text=text)
     if problems:
         raise ConfigError(problems)
     return options
@@ -516,77 +542,3 @@ def rehome(error: ConfigError, path: str, table: str) -> ConfigError:
         message = p.message if p.table in ("", sub) else f"{p.table}: {p.message}"
         out.append(ConfigProblem(path, f"{table}.{sub}" if sub else table, p.key, message))
     return ConfigError(out)
-
-
-# -- how values and keys are shown ------------------------------------------------------
-
-
-def describe_value(value: object) -> str:
-    """A value as a config author would name it: 'string "20"', 'float 2.5'."""
-    kind = {
-        bool: "boolean",
-        int: "integer",
-        float: "float",
-        str: "string",
-    }.get(type(value))
-    if kind is not None:
-        return f"{kind} {render_value(value)}"
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, list | tuple):
-        return f"array {render_value(value)}"
-    if value is None:
-        return "nothing"
-    return f"{type(value).__name__} {value!r}"
-
-
-def render_value(value: object) -> str:
-    """A value in TOML syntax (enums by name), for messages and ``rmqk check``."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'"{escaped}"'
-    if isinstance(value, enum.Enum):
-        return value.name
-    if isinstance(value, Mapping):
-        if not value:
-            return "{}"
-        inner = ", ".join(f"{render_key(k)} = {render_value(v)}" for k, v in value.items())
-        return "{ " + inner + " }"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(render_value(v) for v in value) + "]"
-    if value is None:
-        return "(none)"
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def render_key(key: object) -> str:
-    text = str(key)
-    return text if _BARE_KEY.fullmatch(text) else render_value(text)
-
-
-def suggest(word: str, candidates: Iterable[str], *, case_insensitive: bool = False) -> str:
-    """' (did you mean "x"?)' for the closest candidate, or ''."""
-    pool = list(candidates)
-    if case_insensitive:
-        for c in pool:
-            if c.lower() == word.lower():
-                return f" (did you mean {c!r}?)"
-    close = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)
-    if not close and len(word) >= 3:
-        # Abbreviations ("expr") score low with difflib but are clear enough.
-        close = [c for c in pool if c.startswith(word)][:1]
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def unknown_key_message(key: str, known: Collection[str]) -> str:
-    hint = suggest(key, known)
-    if hint:
-        return f"unknown key{hint}"
-    return "unknown key; allowed keys: " + ", ".join(sorted(known))

@@ -14,6 +14,8 @@ from rmqk.model import ExpressionType, SubscriptionData, build_subscription
 from rmqk.names import check_tag_expression, check_topic
 from rmqk.optionspec import (
     Where,
+)
+from rmqk.optiontext import (
     describe_value,
     render_key,
     render_value,

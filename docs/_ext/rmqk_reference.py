@@ -271,6 +271,13 @@ def spark_sink_options() -> str:
     return options_table(SinkOptions, extra=[("spark.*", "string", "", "", SPARK_SETTINGS_DOC)])
 
 
+def spark_source_options() -> str:
+    """The rocketmq source's options, from the source's option declarations."""
+    from rmqk.plugins.spark.options import SourceOptionTable
+
+    return options_table(SourceOptionTable)
+
+
 def spark_columns() -> str:
     """The columns the sink writes and the source reads, as Spark DDL."""
     from rmqk.plugins.spark.columns import DDL
@@ -291,6 +298,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "java-options": java_options,
     "spark-sink-options": spark_sink_options,
     "plugin-options": plugin_options,
+    "spark-source-options": spark_source_options,
     "spark-columns": spark_columns,
     "config-reference": config_reference,
     "hook-reference": hook_reference,

@@ -25,6 +25,7 @@ __all__ = [
     "FORMATS",
     "SPARK_SETTINGS_DOC",
     "SinkOptions",
+    "SourceOptionTable",
     "parse_sink_options",
 ]
 
@@ -34,6 +35,7 @@ FORMATS = ("parquet", "orc")
 DEFAULT_MASTER = "local[2]"
 DEFAULT_APP_NAME = "rmqk"
 
+_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 _DDL_NAME = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 # Keys of the table that are Spark settings rather than the sink's own options.
@@ -259,3 +261,91 @@ def body_schema_names(ddl: str) -> list[str]:
         else:
             current += ch
     return names
+
+
+# -- the rocketmq source ------------------------------------------------------------
+
+
+def _topic_list(text: str) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not topics:
+        raise OptionInvalid("names no topic; give comma-separated topics")
+    bad = [t for t in topics if not _TOPIC.match(t)]
+    if bad:
+        raise OptionInvalid(f"{bad[0]!r} is not a valid topic name")
+    return topics
+
+
+def _namesrv_list(text: str) -> tuple[str, ...]:
+    addrs = tuple(a.strip() for a in re.split(r"[;,]", text) if a.strip())
+    if not addrs:
+        raise OptionInvalid("names no address; give host:port, e.g. 127.0.0.1:9876")
+    return addrs
+
+
+@attrs.frozen
+class SourceOptionTable:
+    """The options of ``spark.read(Stream).format("rocketmq")``, as Spark hands them over.
+
+    Keys are case-insensitive and have aliases (see ``SOURCE_ALIASES``); values are text.
+    """
+
+    namesrv: tuple[str, ...] = option(
+        OptionType.STR,
+        "Name server(s), ';' or ',' separated.",
+        (),
+        required="the name server(s), e.g. 127.0.0.1:9876",
+        check=_namesrv_list,
+    )
+    topics: tuple[str, ...] = option(
+        OptionType.STR,
+        "Comma-separated topics to read.",
+        (),
+        required="comma-separated topics",
+        check=_topic_list,
+    )
+    starting_offsets: str | None = option(
+        OptionType.STR,
+        "earliest, latest, a timestamp (ms or ISO 8601) or JSON per queue; for a new query only.",
+        None,
+        name="startingOffsets",
+        default_text="latest (streaming), earliest (batch)",
+    )
+    ending_offsets: str | None = option(
+        OptionType.STR,
+        "Batch reads: latest or JSON per queue.",
+        None,
+        name="endingOffsets",
+        default_text="latest",
+    )
+    max_messages_per_trigger: int | None = option(
+        OptionType.INT,
+        "At most this many messages per micro-batch, shared fairly among queues (streaming).",
+        None,
+        name="maxMessagesPerTrigger",
+        default_text="(no limit)",
+        minimum=1,
+    )
+    sub_expression: str = option(
+        OptionType.STR, "A tag expression, as in a subscription.", "*", name="subExpression"
+    )
+    fail_on_data_loss: bool = option(
+        OptionType.BOOL,
+        "Fail when planned offsets are gone from the broker.",
+        True,
+        name="failOnDataLoss",
+    )
+    pull_timeout_ms: int = option(
+        OptionType.INT,
+        "Timeout of each broker request.",
+        10_000,
+        name="pullTimeoutMs",
+        minimum=1,
+        unit="ms",
+    )
+    consumer_group: str = option(
+        OptionType.STR,
+        "The group named in pull requests (the source commits no offsets).",
+        "rmqk-spark-source",
+        name="consumerGroup",
+    )
