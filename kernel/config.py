@@ -29,7 +29,6 @@ from rmqk.model import (
     ExpressionType,
     MessageModel,
     SubscriptionData,
-    build_subscription,
 )
 from rmqk.options import (
     OPTIONS,
@@ -41,8 +40,6 @@ from rmqk.options import (
     Where,
     check_group,
     check_plugin_names,
-    check_tag_expression,
-    check_topic,
     describe_value,
     freeze,
     plugin_choices,
@@ -53,6 +50,7 @@ from rmqk.options import (
     unknown_key_message,
     validate_options,
 )
+from rmqk.subscription_table import parse_subscriptions
 
 __all__ = [
     "COMPOSITION_KEYS",
@@ -108,7 +106,6 @@ REQUIRED_KEYS: tuple[str, ...] = tuple(_REQUIRED_TEXT)
 CONSUMER_KEYS: tuple[str, ...] = tuple(s.name for s in COMPOSITION_KEYS) + tuple(
     s.name for s in OPTIONS
 )
-_SUBSCRIPTION_TABLE_KEYS = ("expression", "type")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -400,7 +397,7 @@ def _consumer(
 
     subscriptions: tuple[SubscriptionData, ...] = ()
     if "subscription" in table:
-        subscriptions = _subscriptions(table["subscription"], where, problems, sub_version)
+        subscriptions = parse_subscriptions(table["subscription"], where, problems, sub_version)
 
     sink: str | None = None
     sink_options: Mapping[str, Any] = _EMPTY
@@ -450,105 +447,6 @@ def _consumer(
         sink_options=sink_options,
         from_file=frozenset(table),
     )
-
-
-def _subscriptions(
-    raw: object, where: Where, problems: list[ConfigProblem], sub_version: int
-) -> tuple[SubscriptionData, ...]:
-    example = 'e.g. subscription = { Orders = "TagA || TagB" }'
-    if not isinstance(raw, Mapping):
-        problems.append(
-            where.problem(
-                "subscription",
-                f"must be a table of topic = tag expression, {example}; got {describe_value(raw)}",
-            )
-        )
-        return ()
-    if not raw:
-        problems.append(where.problem("subscription", f"subscribes to no topic; {example}"))
-        return ()
-    out: list[SubscriptionData] = []
-    for topic, value in raw.items():
-        key = f"subscription.{render_key(topic)}"
-        before = len(problems)
-        topic_problem = check_topic(topic)
-        if topic_problem:
-            problems.append(where.problem(key, topic_problem))
-        parsed = _expression(value, where, key, problems)
-        if parsed is None or len(problems) > before:
-            continue
-        expression, etype = parsed
-        try:
-            out.append(build_subscription(topic, expression, etype, sub_version=sub_version))
-        except ValueError as exc:
-            problems.append(where.problem(key, str(exc)))
-    return tuple(out)
-
-
-def _expression(
-    value: object, where: Where, key: str, problems: list[ConfigProblem]
-) -> tuple[str, ExpressionType] | None:
-    allowed_types = ", ".join(t.name for t in ExpressionType)
-    raw_expression: object
-    raw_type: object = "TAG"
-    if isinstance(value, str):
-        raw_expression = value
-    elif isinstance(value, Mapping):
-        before = len(problems)
-        for k in value:
-            if k not in _SUBSCRIPTION_TABLE_KEYS:
-                problems.append(
-                    where.problem(
-                        f"{key}.{render_key(k)}", unknown_key_message(k, _SUBSCRIPTION_TABLE_KEYS)
-                    )
-                )
-        raw_expression = value.get("expression")
-        raw_type = value.get("type", "TAG")
-        if not isinstance(raw_expression, str):
-            what = (
-                "is missing"
-                if raw_expression is None
-                else f"must be a string, got {describe_value(raw_expression)}"
-            )
-            problems.append(where.problem(f"{key}.expression", f"the expression {what}"))
-        if not isinstance(raw_type, str) or raw_type not in ExpressionType.__members__:
-            hint = (
-                suggest(raw_type, ExpressionType.__members__, case_insensitive=True)
-                if isinstance(raw_type, str)
-                else ""
-            )
-            problems.append(
-                where.problem(
-                    f"{key}.type",
-                    f"{render_value(raw_type)} is not an expression type; "
-                    f"allowed: {allowed_types}{hint}",
-                )
-            )
-        if len(problems) > before:
-            return None
-    else:
-        problems.append(
-            where.problem(
-                key,
-                'must be a tag expression ("*", "TagA || TagB") or a table '
-                f'{{ expression = "...", type = {allowed_types.replace(", ", " | ")} }}, '
-                f"got {describe_value(value)}",
-            )
-        )
-        return None
-    assert isinstance(raw_expression, str) and isinstance(raw_type, str)
-    expression = raw_expression
-    type_name = raw_type
-    etype = ExpressionType[type_name]
-    if etype is ExpressionType.TAG:
-        problem = check_tag_expression(expression)
-        if problem:
-            problems.append(where.problem(key, problem))
-            return None
-    elif not expression.strip():
-        problems.append(where.problem(key, "an SQL92 expression must not be empty"))
-        return None
-    return expression, etype
 
 
 # -- describing a resolved config ------------------------------------------------

@@ -14,10 +14,10 @@ import attrs
 from rmqk.config import Config, ConsumerSpec, announce_config
 from rmqk.contracts import BufferedSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.errors import ClientError
+from rmqk.errors import ClientError, ConfigError
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
-from rmqk.options import ConsumerOptions
+from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
 
 __all__ = ["ComposedConsumer", "install_stop_signals", "run_config", "widen_for_sink"]
@@ -114,8 +114,12 @@ async def run_config(
     running: list[ComposedConsumer] = []
     try:
         for spec in specs:
-            composed = ComposedConsumer(spec)
-            await composed.start()
+            try:
+                composed = ComposedConsumer(spec)
+                await composed.start()
+            except ConfigError as exc:
+                # Plugin factories name placeholders; here the file and table are known.
+                raise rehome(exc, config.path, spec.table) from exc
             running.append(composed)
             log.info("consumer %s (group %s) started, sink %s", spec.name, spec.group, spec.sink)
         if on_started is not None:

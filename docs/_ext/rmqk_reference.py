@@ -5,6 +5,8 @@ the marker is replaced by Markdown generated from the code:
 
 * ``config-reference``: every key of a ``[consumers.<name>]`` table, from
   :data:`rmqk.config.COMPOSITION_KEYS` and :data:`rmqk.options.OPTIONS`;
+* ``plugin-options`` (and ``spark-sink-options``): every built-in plugin's options
+  table, from the classes the plugins declare with :func:`rmqk.options.option`;
 * ``hook-reference``: every hook spec of :mod:`rmqk.hookspecs`, with its signature
   and docstring;
 * ``cli-reference``: ``rmqk --help`` and the help of every sub-command, from the
@@ -83,6 +85,71 @@ def config_reference() -> str:
         "table handed to its factory.\n",
         *(_option_section(s) for s in plugins),
     ]
+    return "\n".join(parts)
+
+
+# -- plugin options ------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    # A "<room>" in a doc would be read as an HTML tag and vanish.
+    return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+
+
+def options_table(cls: type, extra: list[tuple[str, str, str, str, str]] | None = None) -> str:
+    """One row per option ``cls`` declares with :func:`rmqk.options.option`."""
+    from rmqk.options import option_specs
+
+    rows = []
+    for spec in option_specs(cls).values():
+        allowed = ", ".join(f"`{c}`" for c in spec.choices) or (
+            f"`{spec.range_text}`" if spec.range_text else ""
+        )
+        kind = spec.value_type.value + (f" ({spec.unit})" if spec.unit else "")
+        default = spec.default_repr
+        if spec.default_text is None and spec.required is None:
+            default = f"`{default}`"
+        rows.append((f"`{spec.name}`", kind, default, allowed, spec.doc))
+    for key, kind, default, allowed, doc in extra or []:
+        rows.append((f"`{key}`", kind, default, allowed, doc))
+    if not rows:
+        return "No options.\n"
+    head = "| key | type | default | allowed | what |\n| --- | --- | --- | --- | --- |\n"
+    return head + "\n".join("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows) + "\n"
+
+
+def plugin_option_classes() -> list[tuple[str, str, str, type]]:
+    """(kind, name, options table, declaring class) of every built-in plugin's options."""
+    from rmqk.plugins.allocation.options import STRATEGY_OPTIONS
+    from rmqk.plugins.offsets.options import STORE_OPTIONS
+    from rmqk.plugins.sinks.jsonl_options import JsonlOptions
+    from rmqk.plugins.sinks.python_options import PythonSinkOptions
+    from rmqk.plugins.sinks.sqlite_options import SqliteOptions
+
+    out = [
+        ("allocation strategy", name, "allocate_options", cls)
+        for name, cls in STRATEGY_OPTIONS.items()
+    ]
+    out += [
+        ("offset store", name, "offset_store_options", cls) for name, cls in STORE_OPTIONS.items()
+    ]
+    out += [
+        ("sink", "jsonl", "sink_options", JsonlOptions),
+        ("sink", "python", "sink_options", PythonSinkOptions),
+        ("sink", "sqlite", "sink_options", SqliteOptions),
+    ]
+    return out
+
+
+def plugin_options() -> str:
+    """The options table of every built-in plugin, from the plugins' declarations."""
+    parts = []
+    for kind, name, table, cls in plugin_option_classes():
+        parts.append(f"### {table} of the {name} {kind}\n\n{options_table(cls)}")
+    parts.append(
+        "### sink_options of the spark sink\n\n"
+        "Also in the [Spark guide](spark.md).\n\n" + spark_sink_options()
+    )
     return "\n".join(parts)
 
 
@@ -200,11 +267,17 @@ def java_options() -> str:
 
 
 def spark_sink_options() -> str:
-    """The spark sink's ``sink_options`` keys, from the sink's own option table."""
-    from rmqk.plugins.spark.options import SINK_KEYS
+    """The spark sink's ``sink_options`` keys, from the sink's option declarations."""
+    from rmqk.plugins.spark.options import SPARK_SETTINGS_DOC, SinkOptions
 
-    rows = "\n".join(f"| `{key}` | {text} |" for key, text in SINK_KEYS.items())
-    return f"| key | what |\n| --- | --- |\n{rows}\n"
+    return options_table(SinkOptions, extra=[("spark.*", "string", "", "", SPARK_SETTINGS_DOC)])
+
+
+def spark_source_options() -> str:
+    """The rocketmq source's options, from the source's option declarations."""
+    from rmqk.plugins.spark.options import SourceOptionTable
+
+    return options_table(SourceOptionTable)
 
 
 def spark_columns() -> str:
@@ -226,6 +299,8 @@ def spark_columns() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "java-options": java_options,
     "spark-sink-options": spark_sink_options,
+    "plugin-options": plugin_options,
+    "spark-source-options": spark_source_options,
     "spark-columns": spark_columns,
     "config-reference": config_reference,
     "hook-reference": hook_reference,

@@ -9,7 +9,7 @@ import attrs
 
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation.checks import check_allocate_inputs
-from rmqk.plugins.allocation.options import check_known_options
+from rmqk.plugins.allocation.options import NoOptions, parse_strategy_options
 
 __all__ = ["NAME", "AllocateMessageQueueAveragely", "create_averagely"]
 
@@ -58,5 +58,5 @@ class AllocateMessageQueueAveragely:
 
 def create_averagely(**options: Any) -> AllocateMessageQueueAveragely:
     """Factory for ``AVG``; it takes no options."""
-    check_known_options(NAME, options, ())
+    parse_strategy_options(NAME, NoOptions, options)
     return AllocateMessageQueueAveragely()

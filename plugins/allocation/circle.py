@@ -9,7 +9,7 @@ import attrs
 
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation.checks import check_allocate_inputs
-from rmqk.plugins.allocation.options import check_known_options
+from rmqk.plugins.allocation.options import NoOptions, parse_strategy_options
 
 __all__ = ["NAME", "AllocateMessageQueueAveragelyByCircle", "create_averagely_by_circle"]
 
@@ -43,5 +43,5 @@ class AllocateMessageQueueAveragelyByCircle:
 
 def create_averagely_by_circle(**options: Any) -> AllocateMessageQueueAveragelyByCircle:
     """Factory for ``AVG_BY_CIRCLE``; it takes no options."""
-    check_known_options(NAME, options, ())
+    parse_strategy_options(NAME, NoOptions, options)
     return AllocateMessageQueueAveragelyByCircle()

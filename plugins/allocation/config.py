@@ -32,7 +32,12 @@ from typing import Any
 import attrs
 
 from rmqk.model import MessageQueue
-from rmqk.plugins.allocation.options import check_known_options, option_error, require_int
+from rmqk.plugins.allocation.options import (
+    ByConfigOptions,
+    option_error,
+    parse_strategy_options,
+    require_int,
+)
 
 __all__ = ["NAME", "AllocateMessageQueueByConfig", "create_by_config"]
 
@@ -67,14 +72,7 @@ class AllocateMessageQueueByConfig:
 
 def create_by_config(**options: Any) -> AllocateMessageQueueByConfig:
     """Factory for ``CONFIG``: option ``queues``, a list of ``{topic, broker_name, queue_id}``."""
-    check_known_options(NAME, options, ("queues",))
-    if "queues" not in options:
-        raise option_error(
-            NAME,
-            "queues",
-            "missing; list the queues to consume as tables with keys topic, broker_name, queue_id",
-        )
-    raw = options["queues"]
+    raw = parse_strategy_options(NAME, ByConfigOptions, options).queues
     if not isinstance(raw, list | tuple):
         raise option_error(
             NAME, "queues", f"must be a list of tables (topic, broker_name, queue_id), got {raw!r}"

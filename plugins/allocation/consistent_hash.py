@@ -37,10 +37,9 @@ import attrs
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import (
-    check_known_options,
-    load_object,
-    option_error,
-    require_int,
+    DEFAULT_VIRTUAL_NODE_COUNT,
+    ConsistentHashOptions,
+    parse_strategy_options,
 )
 
 __all__ = [
@@ -54,7 +53,6 @@ __all__ = [
 ]
 
 NAME = "CONSISTENT_HASH"
-DEFAULT_VIRTUAL_NODE_COUNT = 10
 
 HashFunction = Callable[[str], int]
 
@@ -142,23 +140,12 @@ class AllocateMessageQueueConsistentHash:
 
 def create_consistent_hash(**options: Any) -> AllocateMessageQueueConsistentHash:
     """Factory for ``CONSISTENT_HASH``: options ``virtual_node_count``, ``hash_function``."""
-    check_known_options(NAME, options, ("virtual_node_count", "hash_function"))
-    count = require_int(
-        NAME,
-        "virtual_node_count",
-        options.get("virtual_node_count", DEFAULT_VIRTUAL_NODE_COUNT),
-        minimum=0,
+    parsed = parse_strategy_options(NAME, ConsistentHashOptions, options)
+    if parsed.hash_function is None:
+        return AllocateMessageQueueConsistentHash(parsed.virtual_node_count)
+    return AllocateMessageQueueConsistentHash(
+        parsed.virtual_node_count, _checked_hash(parsed.hash_function)
     )
-    if "hash_function" not in options:
-        return AllocateMessageQueueConsistentHash(count)
-    function = load_object(NAME, "hash_function", options["hash_function"])
-    if not callable(function):
-        raise option_error(
-            NAME,
-            "hash_function",
-            f"must name a function taking the key string and returning an int, got {function!r}",
-        )
-    return AllocateMessageQueueConsistentHash(count, _checked_hash(function))
 
 
 def _checked_hash(function: Callable[[str], object]) -> HashFunction:

@@ -24,9 +24,9 @@ import attrs
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import (
-    check_known_options,
+    MachineRoomOptions,
     option_error,
-    require_str_list,
+    parse_strategy_options,
 )
 
 __all__ = [
@@ -86,15 +86,7 @@ class AllocateMessageQueueByMachineRoom:
 
 def create_by_machine_room(**options: Any) -> AllocateMessageQueueByMachineRoom:
     """Factory for ``MACHINE_ROOM``: option ``consumer_idcs`` (list of room names)."""
-    check_known_options(NAME, options, ("consumer_idcs",))
-    if "consumer_idcs" not in options:
-        raise option_error(
-            NAME,
-            "consumer_idcs",
-            "missing; list the machine rooms whose queues this group consumes, e.g. "
-            'consumer_idcs = ["room1"] for brokers named room1@<broker>',
-        )
-    rooms = require_str_list(NAME, "consumer_idcs", options["consumer_idcs"])
+    rooms = list(parse_strategy_options(NAME, MachineRoomOptions, options).consumer_idcs)
     if not rooms:
         raise option_error(NAME, "consumer_idcs", "must name at least one machine room")
     return AllocateMessageQueueByMachineRoom(rooms)

@@ -58,10 +58,14 @@ from rmqk.errors import ConfigError, ConfigProblem, PluginError
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import (
+    DEFAULT_BROKER_ROOM_PATTERN,
+    DEFAULT_CONSUMER_ROOM_PATTERN,
+    DEFAULT_INNER,
     OPTIONS_TABLE,
-    check_known_options,
+    MachineRoomNearbyOptions,
     load_object,
     option_error,
+    parse_strategy_options,
     require_str,
 )
 
@@ -77,17 +81,6 @@ __all__ = [
 ]
 
 NAME = "MACHINE_ROOM_NEARBY"
-DEFAULT_INNER = "AVG"
-DEFAULT_BROKER_ROOM_PATTERN = r"^([^@]+)@"
-DEFAULT_CONSUMER_ROOM_PATTERN = r"^[^@]*@([^@#]+)"
-
-_OPTIONS = (
-    "inner",
-    "inner_options",
-    "broker_room_pattern",
-    "consumer_room_pattern",
-    "resolver",
-)
 
 
 @runtime_checkable
@@ -180,7 +173,8 @@ class AllocateMachineRoomNearby:
 
 def create_machine_room_nearby(**options: Any) -> AllocateMachineRoomNearby:
     """Factory for ``MACHINE_ROOM_NEARBY`` (options in the module docstring)."""
-    check_known_options(NAME, options, _OPTIONS)
+    # Checks names and types; the raw values are read on, to build the parts.
+    parse_strategy_options(NAME, MachineRoomNearbyOptions, options)
     inner = _inner_strategy(options.get("inner", DEFAULT_INNER), options.get("inner_options"))
     if "resolver" in options:
         clashing = [k for k in ("broker_room_pattern", "consumer_room_pattern") if k in options]

@@ -1,66 +1,182 @@
-"""Validation of a strategy's ``allocate_options`` table.
+"""The options each built-in strategy takes (a consumer's ``allocate_options``), declared.
 
 Factories are called as ``factory(**options)`` with what a consumer's TOML
-``allocate_options`` table holds, so every mistake is reported as a
-:class:`rmqk.errors.ConfigError` naming the option and what is allowed. The
-config loader knows the file and the consumer table and may re-home the
-problems; here they say ``[allocate_options] <key>``.
+``allocate_options`` table holds. Each resolves them with
+:func:`parse_strategy_options` against its class here, declared with
+:func:`rmqk.options.option` so the config reference is generated from the same
+place. Every mistake is a :class:`rmqk.errors.ConfigError` naming the strategy,
+the option and what is allowed; the placeholder path ``<options>`` is replaced
+by whoever knows the file.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Collection, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-from rmqk.errors import ConfigError, ConfigProblem
+import attrs
+
+from rmqk.errors import ConfigError
+from rmqk.options import (
+    OptionInvalid,
+    OptionSpec,
+    OptionType,
+    Where,
+    load_options,
+    option,
+)
+from rmqk.options import load_object as _load_object
 
 __all__ = [
+    "DEFAULT_BROKER_ROOM_PATTERN",
+    "DEFAULT_CONSUMER_ROOM_PATTERN",
+    "DEFAULT_INNER",
+    "DEFAULT_VIRTUAL_NODE_COUNT",
     "OPTIONS_TABLE",
-    "check_known_options",
+    "STRATEGY_OPTIONS",
+    "ByConfigOptions",
+    "ConsistentHashOptions",
+    "MachineRoomNearbyOptions",
+    "MachineRoomOptions",
+    "NoOptions",
     "load_object",
     "option_error",
+    "parse_strategy_options",
     "require_int",
     "require_str",
-    "require_str_list",
 ]
 
 OPTIONS_TABLE = "allocate_options"
 _WHERE = "<options>"
+T = TypeVar("T")
+
+DEFAULT_VIRTUAL_NODE_COUNT = 10
+DEFAULT_INNER = "AVG"
+DEFAULT_BROKER_ROOM_PATTERN = r"^([^@]+)@"
+DEFAULT_CONSUMER_ROOM_PATTERN = r"^[^@]*@([^@#]+)"
+
+
+def _hash_function(function: object) -> object:
+    if not callable(function):
+        raise OptionInvalid(
+            f"must name a function taking the key string and returning an int, got {function!r}"
+        )
+    return function
+
+
+@attrs.frozen
+class NoOptions:
+    """AVG and AVG_BY_CIRCLE take no options."""
+
+
+@attrs.frozen
+class ConsistentHashOptions:
+    virtual_node_count: int = option(
+        OptionType.INT,
+        "Virtual nodes per consumer on the hash ring.",
+        DEFAULT_VIRTUAL_NODE_COUNT,
+        minimum=0,
+    )
+    hash_function: Any = option(  # noqa: RUF009
+        OptionType.OBJECT,
+        'The hash of a key string, as "package.module:function" (or the function from '
+        "Python); it must return an int.",
+        None,
+        default_text="Java's MD5-based hash",
+        check=_hash_function,
+    )
+
+
+@attrs.frozen
+class ByConfigOptions:
+    queues: tuple[Any, ...] = option(
+        OptionType.ANY,
+        "The queues this consumer takes: a list of tables { topic, broker_name, queue_id }.",
+        (),
+        required="list the queues to consume as tables with keys topic, broker_name, queue_id",
+    )
+
+
+@attrs.frozen
+class MachineRoomOptions:
+    consumer_idcs: tuple[str, ...] = option(
+        OptionType.STR_LIST,
+        "The machine rooms whose queues this group consumes (brokers named <room>@<name>).",
+        (),
+        required="list the machine rooms whose queues this group consumes, e.g. "
+        'consumer_idcs = ["room1"] for brokers named room1@<broker>',
+    )
+
+
+@attrs.frozen
+class MachineRoomNearbyOptions:
+    inner: Any = option(  # noqa: RUF009
+        OptionType.ANY,
+        "The strategy that shares each room's queues among that room's consumers.",
+        DEFAULT_INNER,
+    )
+    inner_options: Mapping[str, Any] | None = option(
+        OptionType.TABLE,
+        "Options of the inner strategy.",
+        None,
+        default_text="{}",
+    )
+    broker_room_pattern: str = option(
+        OptionType.REGEX,
+        "Group 1 of this pattern on a broker name is the broker's room.",
+        DEFAULT_BROKER_ROOM_PATTERN,
+    )
+    consumer_room_pattern: str = option(
+        OptionType.REGEX,
+        "Group 1 of this pattern on a client id is the consumer's room.",
+        DEFAULT_CONSUMER_ROOM_PATTERN,
+    )
+    resolver: Any = option(  # noqa: RUF009
+        OptionType.OBJECT,
+        'Instead of the patterns: "package.module:attribute" naming an object (or a class '
+        "or factory building one) with broker_deploy_in(mq) and consumer_deploy_in(client_id).",
+        None,
+        default_text="(none)",
+    )
+
+
+# Strategy name -> its options, for the config reference.
+STRATEGY_OPTIONS: dict[str, type] = {
+    "AVG": NoOptions,
+    "AVG_BY_CIRCLE": NoOptions,
+    "CONSISTENT_HASH": ConsistentHashOptions,
+    "CONFIG": ByConfigOptions,
+    "MACHINE_ROOM": MachineRoomOptions,
+    "MACHINE_ROOM_NEARBY": MachineRoomNearbyOptions,
+}
+
+
+def _where(strategy: str) -> Where:
+    return Where(_WHERE, OPTIONS_TABLE, prefix=f"{strategy}: ")
+
+
+def parse_strategy_options(strategy: str, cls: type[T], options: Mapping[str, Any]) -> T:
+    """``options`` resolved into ``cls``, or a ConfigError listing every problem."""
+    return load_options(cls, options, _where(strategy))
 
 
 def option_error(strategy: str, key: str | None, message: str) -> ConfigError:
     """A ConfigError about one option of one strategy."""
-    return ConfigError([ConfigProblem(_WHERE, OPTIONS_TABLE, key, f"{strategy}: {message}")])
+    return ConfigError([_where(strategy).problem(key, message)])
 
 
-def check_known_options(
-    strategy: str, options: Mapping[str, Any], allowed: Collection[str]
-) -> None:
-    """Reject every option ``strategy`` does not take, all of them in one error."""
-    unknown = sorted(set(options) - set(allowed))
-    if not unknown:
-        return
-    takes = ", ".join(sorted(allowed)) if allowed else "no options"
-    raise ConfigError(
-        [
-            ConfigProblem(
-                _WHERE, OPTIONS_TABLE, key, f"{strategy}: unknown option; allowed: {takes}"
-            )
-            for key in unknown
-        ]
-    )
+def _convert(strategy: str, key: str, spec: OptionSpec, value: object) -> Any:
+    try:
+        return spec.convert(value)
+    except OptionInvalid as exc:
+        raise option_error(strategy, f"{key}{exc.at}", str(exc)) from exc
 
 
 def require_int(strategy: str, key: str, value: object, *, minimum: int) -> int:
-    # bool is an int subclass; `true` in TOML is never meant as a count.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise option_error(
-            strategy, key, f"must be an integer >= {minimum}, got {type(value).__name__} {value!r}"
-        )
-    if value < minimum:
-        raise option_error(strategy, key, f"must be an integer >= {minimum}, got {value}")
-    return value
+    """``value`` as an option nested in a table (``queues[0].queue_id``)."""
+    spec = OptionSpec(key, OptionType.INT, "", minimum=minimum)
+    result: int = _convert(strategy, key, spec, value)
+    return result
 
 
 def require_str(strategy: str, key: str, value: object, *, what: str = "a string") -> str:
@@ -69,40 +185,9 @@ def require_str(strategy: str, key: str, value: object, *, what: str = "a string
     return value
 
 
-def require_str_list(strategy: str, key: str, value: object) -> list[str]:
-    """A list (or tuple/set, from Python callers) of non-empty strings."""
-    if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
-        raise option_error(strategy, key, f"must be a list of strings, got {value!r}")
-    items: list[str] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise option_error(strategy, f"{key}[{i}]", f"must be a non-empty string, got {item!r}")
-        items.append(item)
-    return items
-
-
 def load_object(strategy: str, key: str, spec: object) -> object:
-    """Import what ``spec`` names: ``"package.module:attribute"`` or ``"package.module"``.
-
-    Python callers may pass the object itself; anything that is not a string is
-    returned unchanged.
-    """
-    if not isinstance(spec, str):
-        return spec
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or (":" in spec and not attribute):
-        raise option_error(
-            strategy, key, f"must look like 'package.module:attribute', got {spec!r}"
-        )
+    """What ``spec`` names (``"package.module:attribute"``); objects pass unchanged."""
     try:
-        target: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise option_error(strategy, key, f"cannot import module {module_name!r}: {exc}") from exc
-    for part in attribute.split(".") if attribute else ():
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise option_error(
-                strategy, key, f"module {module_name!r} has no attribute {attribute!r}"
-            ) from None
-    return target
+        return _load_object(spec)
+    except OptionInvalid as exc:
+        raise option_error(strategy, key, str(exc)) from exc

@@ -53,7 +53,7 @@ import attrs
 from rmqk.contracts import OffsetStoreContext, ReadOffsetType
 from rmqk.errors import ClientError
 from rmqk.model import MessageQueue
-from rmqk.plugins.offsets.options import check_known_options, option_error
+from rmqk.plugins.offsets.options import PERSIST_MODES, LocalFileOptions, parse_store_options
 from rmqk.plugins.offsets.table import OffsetTable
 
 __all__ = [
@@ -80,7 +80,6 @@ DIR_ENV = "RMQK_LOCAL_OFFSET_STORE_DIR"
 FILE_NAME = "offsets.json"
 FILE_FORMAT = "rmqk-local-offsets"
 FILE_VERSION = 1
-PERSIST_MODES = ("fsync", "no-fsync")
 
 
 class OffsetFileError(ValueError):
@@ -406,17 +405,8 @@ class LocalFileOffsetStore:
 
 def create_local_file_store(context: OffsetStoreContext) -> LocalFileOffsetStore:
     """The ``local-file`` factory."""
-    options = check_known_options(NAME, context.options, ("dir", "persist_mode"))
-    base_dir = default_dir()
-    if "dir" in options:
-        value = options["dir"]
-        if not isinstance(value, str | os.PathLike) or not os.fspath(value):
-            raise option_error(NAME, "dir", f"must be a non-empty path, got {value!r}")
-        base_dir = Path(os.fspath(value))
-    mode = options.get("persist_mode", "fsync")
-    if mode not in PERSIST_MODES:
-        allowed = " or ".join(repr(m) for m in PERSIST_MODES)
-        raise option_error(NAME, "persist_mode", f"must be {allowed}, got {mode!r}")
+    options = parse_store_options(NAME, LocalFileOptions, context.options)
+    base_dir = default_dir() if options.dir is None else Path(options.dir)
     return LocalFileOffsetStore(
-        base_dir, context.client_id, context.group, fsync=mode == "fsync"
+        base_dir, context.client_id, context.group, fsync=options.persist_mode == "fsync"
     )

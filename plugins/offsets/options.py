@@ -1,49 +1,84 @@
-"""Validation of a consumer's ``offset_store_options`` table.
+"""The options each built-in offset store takes (a consumer's ``offset_store_options``).
 
-Every mistake becomes a :class:`rmqk.errors.ConfigError` that names the store,
-the option and what is allowed; the config loader may re-home the problems
-under the file and consumer table they came from.
+Declared with :func:`rmqk.options.option`, so the config reference is generated
+from here. Every mistake becomes one :class:`rmqk.errors.ConfigError` naming the
+store, the option and what is allowed; the placeholder path ``<options>`` is
+replaced by whoever knows the file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from rmqk.errors import ConfigError, ConfigProblem
+import attrs
 
-__all__ = ["OPTIONS_TABLE", "check_known_options", "option_error", "require_positive_int"]
+from rmqk.errors import ConfigError
+from rmqk.options import OptionInvalid, OptionType, Where, load_options, option
+
+__all__ = [
+    "DEFAULT_TIMEOUT_MS",
+    "OPTIONS_TABLE",
+    "PERSIST_MODES",
+    "STORE_OPTIONS",
+    "LocalFileOptions",
+    "RemoteBrokerOptions",
+    "option_error",
+    "parse_store_options",
+]
 
 OPTIONS_TABLE = "offset_store_options"
 _WHERE = "<options>"
+PERSIST_MODES = ("fsync", "no-fsync")
+DEFAULT_TIMEOUT_MS = 5_000
+T = TypeVar("T")
+
+
+def _persist_mode(mode: str) -> str:
+    if mode not in PERSIST_MODES:
+        allowed = " or ".join(repr(m) for m in PERSIST_MODES)
+        raise OptionInvalid(f"must be {allowed}, got {mode!r}")
+    return mode
+
+
+@attrs.frozen
+class LocalFileOptions:
+    dir: str | None = option(
+        OptionType.PATH,
+        "Directory the offsets go to, as <dir>/<client_id>/<group>/offsets.json.",
+        None,
+        default_text="$RMQK_LOCAL_OFFSET_STORE_DIR, else ~/.rocketmq_offsets (as Java)",
+    )
+    persist_mode: str = option(
+        OptionType.STR,
+        'fsync: file and directory are fsynced, a write survives power loss; "no-fsync": '
+        "a write survives a crash of the process only.",
+        "fsync",
+        check=_persist_mode,
+    )
+
+
+@attrs.frozen
+class RemoteBrokerOptions:
+    timeout_ms: int = option(
+        OptionType.INT,
+        "Timeout of offset queries and commits sent to the broker.",
+        DEFAULT_TIMEOUT_MS,
+        minimum=1,
+        unit="ms",
+    )
+
+
+# Store name -> its options, for the config reference.
+STORE_OPTIONS: dict[str, type] = {
+    "local-file": LocalFileOptions,
+    "remote-broker": RemoteBrokerOptions,
+}
+
+
+def parse_store_options(store: str, cls: type[T], options: Any) -> T:
+    """``options`` resolved into ``cls``, or a ConfigError listing every problem."""
+    return load_options(cls, options, Where(_WHERE, OPTIONS_TABLE, prefix=f"{store}: "))
 
 
 def option_error(store: str, key: str | None, message: str) -> ConfigError:
-    return ConfigError([ConfigProblem(_WHERE, OPTIONS_TABLE, key, f"{store}: {message}")])
-
-
-def check_known_options(store: str, options: object, allowed: Collection[str]) -> Mapping[str, Any]:
-    """``options`` as a mapping; every key ``store`` does not take is reported at once."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise option_error(store, None, f"options must be a table, got {options!r}")
-    unknown = sorted(str(k) for k in options if k not in allowed)
-    if unknown:
-        takes = ", ".join(sorted(allowed)) if allowed else "no options"
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    _WHERE, OPTIONS_TABLE, key, f"{store}: unknown option; allowed: {takes}"
-                )
-                for key in unknown
-            ]
-        )
-    return options
-
-
-def require_positive_int(store: str, key: str, value: object) -> int:
-    # bool is an int subclass; `true` in TOML is never meant as a duration.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise option_error(store, key, f"must be an integer >= 1, got {value!r}")
-    return value
+    return ConfigError([Where(_WHERE, OPTIONS_TABLE, prefix=f"{store}: ").problem(key, message)])

@@ -24,7 +24,11 @@ from collections.abc import Collection
 from rmqk.contracts import BrokerClient, OffsetStoreContext, ReadOffsetType
 from rmqk.errors import BrokerError, ClientError
 from rmqk.model import MessageQueue
-from rmqk.plugins.offsets.options import check_known_options, require_positive_int
+from rmqk.plugins.offsets.options import (
+    DEFAULT_TIMEOUT_MS,
+    RemoteBrokerOptions,
+    parse_store_options,
+)
 from rmqk.plugins.offsets.table import OffsetTable
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "NAME", "RemoteBrokerOffsetStore", "create_remote_broker_store"]
@@ -32,7 +36,6 @@ __all__ = ["DEFAULT_TIMEOUT_MS", "NAME", "RemoteBrokerOffsetStore", "create_remo
 log = logging.getLogger(__name__)
 
 NAME = "remote-broker"
-DEFAULT_TIMEOUT_MS = 5_000
 
 
 class RemoteBrokerOffsetStore:
@@ -160,8 +163,5 @@ class RemoteBrokerOffsetStore:
 
 def create_remote_broker_store(context: OffsetStoreContext) -> RemoteBrokerOffsetStore:
     """The ``remote-broker`` factory."""
-    options = check_known_options(NAME, context.options, ("timeout_ms",))
-    timeout_ms = DEFAULT_TIMEOUT_MS
-    if "timeout_ms" in options:
-        timeout_ms = require_positive_int(NAME, "timeout_ms", options["timeout_ms"])
+    timeout_ms = parse_store_options(NAME, RemoteBrokerOptions, context.options).timeout_ms
     return RemoteBrokerOffsetStore(context.client, context.group, context.client_id, timeout_ms)

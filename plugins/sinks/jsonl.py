@@ -14,56 +14,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
-from rmqk.plugins.sinks.records import BODY_FORMATS, message_record
+from rmqk.plugins.sinks.jsonl_options import parse_jsonl_options
+from rmqk.plugins.sinks.records import message_record
 
 __all__ = ["JsonlSink"]
-
-_KEYS = {"path", "fsync", "body_format"}
 
 
 class JsonlSink(GroupCommitSink):
     sink_name: ClassVar[str] = "jsonl"
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        problems = [
-            ConfigProblem(
-                "<sink_options>",
-                "jsonl",
-                key,
-                f"unknown key; allowed keys: {', '.join(sorted(_KEYS))}",
-            )
-            for key in options
-            if key not in _KEYS
-        ]
-        path = options.get("path")
-        if not isinstance(path, str) or not path:
-            problems.append(
-                ConfigProblem("<sink_options>", "jsonl", "path", "required: the file to append to")
-            )
-        body_format = options.get("body_format", "text")
-        if body_format not in BODY_FORMATS:
-            problems.append(
-                ConfigProblem(
-                    "<sink_options>",
-                    "jsonl",
-                    "body_format",
-                    f"must be one of {', '.join(BODY_FORMATS)}, got {body_format!r}",
-                )
-            )
-        fsync = options.get("fsync", True)
-        if not isinstance(fsync, bool):
-            problems.append(
-                ConfigProblem(
-                    "<sink_options>", "jsonl", "fsync", f"must be true or false, got {fsync!r}"
-                )
-            )
-        if problems:
-            raise ConfigError(problems)
-        self.path = Path(str(path))
-        self.body_format = str(body_format)
-        self.fsync = bool(fsync)
+        parsed = parse_jsonl_options(options)
+        self.path = Path(parsed.path)
+        self.body_format = parsed.body_format
+        self.fsync = parsed.fsync
         self._fd: int | None = None
         # No row or byte limit and no wait: each flush takes whatever is waiting.
         super().__init__(FlushTriggers(), target=str(self.path))

@@ -12,9 +12,9 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.plugins.sinks.python_options import parse_python_sink_options
 
 __all__ = ["PythonSink", "resolve_callable"]
 
@@ -40,30 +40,7 @@ def resolve_callable(spec: str) -> Callable[..., Any]:
 
 class PythonSink:
     def __init__(self, options: Mapping[str, Any]) -> None:
-        unknown = [k for k in options if k != "function"]
-        problems = [
-            ConfigProblem("<sink_options>", "python", k, "unknown key; allowed keys: function")
-            for k in unknown
-        ]
-        spec = options.get("function")
-        fn: Callable[..., Any] | None = None
-        if not isinstance(spec, str):
-            problems.append(
-                ConfigProblem(
-                    "<sink_options>",
-                    "python",
-                    "function",
-                    "required: a 'module:function' to call with (queue, messages)",
-                )
-            )
-        else:
-            try:
-                fn = resolve_callable(spec)
-            except ValueError as exc:
-                problems.append(ConfigProblem("<sink_options>", "python", "function", str(exc)))
-        if problems:
-            raise ConfigError(problems)
-        assert fn is not None
+        fn = parse_python_sink_options(options).function
         self.function = fn
         self.is_async = inspect.iscoroutinefunction(fn)
 

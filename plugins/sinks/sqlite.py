@@ -13,18 +13,16 @@ another writer committed first.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.offsetranges import OffsetRange
+from rmqk.plugins.sinks.sqlite_options import parse_sqlite_options
 
 __all__ = ["SqliteSink"]
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _COLUMNS = (
     "topic TEXT, broker TEXT, queue_id INTEGER, queue_offset INTEGER, msg_id TEXT, keys TEXT, "
     "tags TEXT, properties TEXT, body BLOB, born_timestamp INTEGER, store_timestamp INTEGER, "
@@ -36,22 +34,8 @@ class SqliteSink(GroupCommitSink):
     sink_name: ClassVar[str] = "sqlite"
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        def problem(key: str | None, message: str) -> ConfigProblem:
-            return ConfigProblem("<sink_options>", "sqlite", key, message)
-
-        problems = [
-            problem(key, "unknown key; allowed keys: path, table")
-            for key in options
-            if key not in ("path", "table")
-        ]
-        path, table = options.get("path"), options.get("table", "messages")
-        if not isinstance(path, str) or not path:
-            problems.append(problem("path", "required: the database file to write"))
-        if not isinstance(table, str) or not _IDENTIFIER.match(table):
-            problems.append(problem("table", f"must be a plain SQL table name, got {table!r}"))
-        if problems:
-            raise ConfigError(problems)
-        self.path, self.table = str(path), str(table)
+        parsed = parse_sqlite_options(options)
+        self.path, self.table = parsed.path, parsed.table
         self._db: sqlite3.Connection | None = None
         self._last_id = 0
         super().__init__(FlushTriggers(rows=5000, seconds=0.2), target=self.path, exactly_once=True)

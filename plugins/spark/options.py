@@ -16,14 +16,16 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.errors import ConfigError
+from rmqk.options import OptionInvalid, OptionType, Where, option, parse_options
 from rmqk.plugins.spark.columns import COLUMN_NAMES
 
 __all__ = [
     "BODY_FORMATS",
     "FORMATS",
-    "SINK_KEYS",
+    "SPARK_SETTINGS_DOC",
     "SinkOptions",
+    "SourceOptionTable",
     "parse_sink_options",
 ]
 
@@ -33,47 +35,104 @@ FORMATS = ("parquet", "orc")
 DEFAULT_MASTER = "local[2]"
 DEFAULT_APP_NAME = "rmqk"
 
-# key -> what it is, for the unknown-key message and the docs.
-SINK_KEYS: dict[str, str] = {
-    "path": "directory the files go to",
-    "table": "table name to append to (with path: an external table over path)",
-    "format": f"file format, one of {', '.join(FORMATS)} (default parquet)",
-    "partition_by": "column name or list of column names to partition the output by",
-    "body_format": "binary (default), text (UTF-8) or json (with body_schema)",
-    "body_schema": "Spark DDL of the JSON body, e.g. 'order_id STRING, amount DOUBLE'",
-    "flush_rows": "flush when this many rows are buffered (default 100000), at most this many "
-    "per flush; rmqk run lets a consumer keep twice this in flight (the sink's window_rows)",
-    "flush_bytes": "flush when the buffered bodies reach this many bytes (default 64 MiB)",
-    "flush_seconds": "flush when the oldest buffered row is this old (default 1.0)",
-    "files_per_flush": "files written per flush (default 1; 0 lets Spark decide)",
-    "exactly_once": "record each flush in a commit log so a replay writes nothing twice",
-    "master": f"Spark master of the process's session (default {DEFAULT_MASTER})",
-    "app_name": f"Spark application name (default {DEFAULT_APP_NAME})",
-    "spark.*": 'any Spark setting, e.g. "spark.driver.memory" = "1g"',
-}
+_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 _DDL_NAME = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+# Keys of the table that are Spark settings rather than the sink's own options.
+SPARK_SETTINGS_DOC = 'any Spark setting, e.g. "spark.driver.memory" = "1g"'
 
 
 def _empty() -> Mapping[str, str]:
     return _EMPTY
 
 
+def _partition_columns(value: object) -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else value
+    if isinstance(names, tuple) and names and all(isinstance(p, str) and p for p in names):
+        return names
+    if names == ():
+        return ()
+    raise OptionInvalid(f"must be a column name or a list of them, got {value!r}")
+
+
+def _positive_seconds(value: float) -> float:
+    if value <= 0:
+        raise OptionInvalid(f"must be greater than 0, got {value:g}")
+    return value
+
+
 @attrs.frozen
 class SinkOptions:
-    path: str | None = None
-    table: str | None = None
-    format: str = "parquet"
-    partition_by: tuple[str, ...] = ()
-    body_format: str = "binary"
-    body_schema: str | None = None
-    flush_rows: int = 100_000
-    flush_bytes: int = 64 * 1024 * 1024
-    flush_seconds: float = 1.0
-    files_per_flush: int = 1
-    exactly_once: bool = False
-    master: str = DEFAULT_MASTER
-    app_name: str = DEFAULT_APP_NAME
+    """The spark sink's options; the Spark settings (``spark.*``) are in ``spark_conf``."""
+
+    path: str | None = option(
+        OptionType.STR,
+        "Directory the files go to. Required unless table is given.",
+        None,
+        default_text="(none)",
+        nullable=True,
+    )
+    table: str | None = option(
+        OptionType.STR,
+        "Table name to append to (with path: an external table over path).",
+        None,
+        default_text="(none)",
+        nullable=True,
+    )
+    format: str = option(OptionType.STR, "File format.", "parquet", allowed=FORMATS)
+    partition_by: tuple[str, ...] = option(
+        OptionType.ANY,
+        "Column name or list of column names to partition the output by.",
+        (),
+        default_text="[]",
+        check=_partition_columns,
+    )
+    body_format: str = option(
+        OptionType.STR,
+        "binary, text (UTF-8) or json (parsed with body_schema into columns).",
+        "binary",
+        allowed=BODY_FORMATS,
+    )
+    body_schema: str | None = option(
+        OptionType.STR,
+        "Spark DDL of the JSON body, e.g. 'order_id STRING, amount DOUBLE'.",
+        None,
+        default_text="(none)",
+        nullable=True,
+    )
+    flush_rows: int = option(
+        OptionType.INT,
+        "Flush when this many rows are buffered, at most this many per flush; rmqk run lets "
+        "a consumer keep twice this in flight (the sink's window_rows).",
+        100_000,
+        minimum=1,
+        unit="rows",
+    )
+    flush_bytes: int = option(
+        OptionType.INT,
+        "Flush when the buffered bodies reach this many bytes.",
+        64 * 1024 * 1024,
+        default_text="67108864 (64 MiB)",
+        minimum=1,
+        unit="bytes",
+    )
+    flush_seconds: float = option(
+        OptionType.FLOAT,
+        "Flush when the oldest buffered row is this old (greater than 0).",
+        1.0,
+        unit="seconds",
+        check=_positive_seconds,
+    )
+    files_per_flush: int = option(
+        OptionType.INT, "Files written per flush; 0 lets Spark decide.", 1, minimum=0
+    )
+    exactly_once: bool = option(
+        OptionType.BOOL,
+        "Record each flush in a commit log so a replay writes nothing twice (needs path).",
+        False,
+    )
+    master: str = option(OptionType.STR, "Spark master of the process's session.", DEFAULT_MASTER)
+    app_name: str = option(OptionType.STR, "Spark application name.", DEFAULT_APP_NAME)
     spark_conf: Mapping[str, str] = attrs.field(factory=_empty, hash=False)
 
     @property
@@ -117,26 +176,20 @@ def _flatten_spark(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>") -> SinkOptions:
     """Validate ``options``; raises ConfigError listing every problem."""
-    problems: list[ConfigProblem] = []
-
-    def problem(key: str, message: str) -> None:
-        problems.append(ConfigProblem(where, "spark", key, message))
-
-    values: dict[str, Any] = {}
+    at = Where(where, "spark")
+    own: dict[str, Any] = {}
     spark_settings: dict[str, Any] = {}
     for key, value in options.items():
         if key == "spark" and isinstance(value, Mapping):
             _flatten_spark("spark", value, spark_settings)
         elif key.startswith("spark."):
             _flatten_spark(key, value, spark_settings)
-        elif key in SINK_KEYS:
-            values[key] = value
         else:
-            from difflib import get_close_matches
+            own[key] = value
+    parsed, problems = parse_options(SinkOptions, own, at)
 
-            close = get_close_matches(key, list(SINK_KEYS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problem(key, f"unknown key{hint}; allowed keys: {', '.join(SINK_KEYS)}")
+    def problem(key: str, message: str) -> None:
+        problems.append(at.problem(key, message))
 
     conf: dict[str, str] = {}
     for key, value in spark_settings.items():
@@ -146,59 +199,16 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
         else:
             conf[key] = text
 
-    def string(key: str, required: bool = False) -> str | None:
-        value = values.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            problem(key, f"must be a non-empty string, got {value!r}")
-            return None
-        return value
-
-    def integer(key: str, default: int, minimum: int) -> int:
-        value = values.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            problem(key, f"must be an integer, got {value!r}")
-            return default
-        if value < minimum:
-            problem(key, f"must be at least {minimum}, got {value}")
-            return default
-        return value
-
-    def boolean(key: str, default: bool) -> bool:
-        value = values.get(key, default)
-        if not isinstance(value, bool):
-            problem(key, f"must be true or false, got {value!r}")
-            return default
-        return value
-
-    path = string("path")
-    table = string("table")
-    if path is None and table is None and "path" not in values and "table" not in values:
+    path, table, body_format = parsed.path, parsed.table, parsed.body_format
+    if path is None and table is None and "path" not in own and "table" not in own:
         problem("path", "required: the directory to write to (or give table)")
-    fmt = string("format") or "parquet"
-    if fmt not in FORMATS:
-        problem("format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
-
-    partition_raw = values.get("partition_by", ())
-    partition_by: tuple[str, ...] = ()
-    if isinstance(partition_raw, str):
-        partition_raw = [partition_raw]
-    if isinstance(partition_raw, list | tuple) and all(
-        isinstance(p, str) and p for p in partition_raw
-    ):
-        partition_by = tuple(partition_raw)
-    else:
-        problem("partition_by", f"must be a column name or a list of them, got {partition_raw!r}")
+    partition_by = parsed.partition_by
     for name in partition_by:
         if name in ("body", "properties"):
             problem("partition_by", f"cannot partition by {name!r} (binary and map columns)")
 
-    body_format = values.get("body_format", "binary")
-    if body_format not in BODY_FORMATS:
-        problem("body_format", f"must be one of {', '.join(BODY_FORMATS)}, got {body_format!r}")
-    body_schema = string("body_schema")
-    if body_format == "json" and body_schema is None and "body_schema" not in values:
+    body_schema = parsed.body_schema
+    if body_format == "json" and body_schema is None and "body_schema" not in own:
         problem("body_schema", "required with body_format = 'json': the Spark DDL of the body")
     if body_schema is not None and body_format != "json":
         problem("body_schema", "only used with body_format = 'json'")
@@ -222,44 +232,15 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
                 f"no column {name!r}; columns: {', '.join(output_columns)}",
             )
 
-    flush_rows = integer("flush_rows", 100_000, 1)
-    flush_bytes = integer("flush_bytes", 64 * 1024 * 1024, 1)
-    files_per_flush = integer("files_per_flush", 1, 0)
-    flush_seconds_raw = values.get("flush_seconds", 1.0)
-    flush_seconds = 1.0
-    if isinstance(flush_seconds_raw, bool) or not isinstance(flush_seconds_raw, int | float):
-        problem("flush_seconds", f"must be a number of seconds, got {flush_seconds_raw!r}")
-    elif flush_seconds_raw <= 0:
-        problem("flush_seconds", f"must be greater than 0, got {flush_seconds_raw}")
-    else:
-        flush_seconds = float(flush_seconds_raw)
-    exactly_once = boolean("exactly_once", False)
-    if exactly_once and path is None and "path" not in values:
+    if parsed.exactly_once and path is None and "path" not in own:
         problem(
             "exactly_once",
             "needs path: the commit log and staged files live beside the output "
             "(with table, the table is created over path)",
         )
-    master = string("master") or DEFAULT_MASTER
-    app_name = string("app_name") or DEFAULT_APP_NAME
     if problems:
         raise ConfigError(problems)
-    return SinkOptions(
-        path=path,
-        table=table,
-        format=fmt,
-        partition_by=partition_by,
-        body_format=str(body_format),
-        body_schema=body_schema,
-        flush_rows=flush_rows,
-        flush_bytes=flush_bytes,
-        flush_seconds=flush_seconds,
-        files_per_flush=files_per_flush,
-        exactly_once=exactly_once,
-        master=master,
-        app_name=app_name,
-        spark_conf=MappingProxyType(conf),
-    )
+    return attrs.evolve(parsed, spark_conf=MappingProxyType(conf))
 
 
 def body_schema_names(ddl: str) -> list[str]:
@@ -280,3 +261,91 @@ def body_schema_names(ddl: str) -> list[str]:
         else:
             current += ch
     return names
+
+
+# -- the rocketmq source ------------------------------------------------------------
+
+
+def _topic_list(text: str) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not topics:
+        raise OptionInvalid("names no topic; give comma-separated topics")
+    bad = [t for t in topics if not _TOPIC.match(t)]
+    if bad:
+        raise OptionInvalid(f"{bad[0]!r} is not a valid topic name")
+    return topics
+
+
+def _namesrv_list(text: str) -> tuple[str, ...]:
+    addrs = tuple(a.strip() for a in re.split(r"[;,]", text) if a.strip())
+    if not addrs:
+        raise OptionInvalid("names no address; give host:port, e.g. 127.0.0.1:9876")
+    return addrs
+
+
+@attrs.frozen
+class SourceOptionTable:
+    """The options of ``spark.read(Stream).format("rocketmq")``, as Spark hands them over.
+
+    Keys are case-insensitive and have aliases (see ``SOURCE_ALIASES``); values are text.
+    """
+
+    namesrv: tuple[str, ...] = option(
+        OptionType.STR,
+        "Name server(s), ';' or ',' separated.",
+        (),
+        required="the name server(s), e.g. 127.0.0.1:9876",
+        check=_namesrv_list,
+    )
+    topics: tuple[str, ...] = option(
+        OptionType.STR,
+        "Comma-separated topics to read.",
+        (),
+        required="comma-separated topics",
+        check=_topic_list,
+    )
+    starting_offsets: str | None = option(
+        OptionType.STR,
+        "earliest, latest, a timestamp (ms or ISO 8601) or JSON per queue; for a new query only.",
+        None,
+        name="startingOffsets",
+        default_text="latest (streaming), earliest (batch)",
+    )
+    ending_offsets: str | None = option(
+        OptionType.STR,
+        "Batch reads: latest or JSON per queue.",
+        None,
+        name="endingOffsets",
+        default_text="latest",
+    )
+    max_messages_per_trigger: int | None = option(
+        OptionType.INT,
+        "At most this many messages per micro-batch, shared fairly among queues (streaming).",
+        None,
+        name="maxMessagesPerTrigger",
+        default_text="(no limit)",
+        minimum=1,
+    )
+    sub_expression: str = option(
+        OptionType.STR, "A tag expression, as in a subscription.", "*", name="subExpression"
+    )
+    fail_on_data_loss: bool = option(
+        OptionType.BOOL,
+        "Fail when planned offsets are gone from the broker.",
+        True,
+        name="failOnDataLoss",
+    )
+    pull_timeout_ms: int = option(
+        OptionType.INT,
+        "Timeout of each broker request.",
+        10_000,
+        name="pullTimeoutMs",
+        minimum=1,
+        unit="ms",
+    )
+    consumer_group: str = option(
+        OptionType.STR,
+        "The group named in pull requests (the source commits no offsets).",
+        "rmqk-spark-source",
+        name="consumerGroup",
+    )

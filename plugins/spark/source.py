@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -53,6 +52,7 @@ from pyspark.sql.datasource import (
 )
 
 from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.options import Where, parse_options
 from rmqk.plugins.spark.columns import messages_to_arrow, spark_schema
 from rmqk.plugins.spark.offsets import (
     OffsetSpec,
@@ -60,6 +60,7 @@ from rmqk.plugins.spark.offsets import (
     parse_offset_key,
     parse_offset_spec,
 )
+from rmqk.plugins.spark.options import SourceOptionTable
 from rmqk.plugins.spark.pull import BrokerReader, QueueInfo
 
 # PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
@@ -99,8 +100,6 @@ _ALIASES = {
     "pulltimeoutms": "pullTimeoutMs",
     "consumergroup": "consumerGroup",
 }
-_ALLOWED = sorted(set(_ALIASES.values()))
-_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
 
 def _problem(key: str, message: str) -> ConfigProblem:
@@ -121,61 +120,30 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> SourceOptions:
-        problems: list[ConfigProblem] = []
-        values: dict[str, str] = {}
-        for raw_key, value in options.items():
-            name = _ALIASES.get(str(raw_key).lower().replace("_", ""))
-            if name is None:
-                problems.append(
-                    _problem(str(raw_key), f"unknown option; options: {', '.join(_ALLOWED)}")
-                )
-            elif value is not None:
-                values[name] = str(value)
-        namesrv = tuple(
-            a.strip() for a in re.split(r"[;,]", values.get("namesrv", "")) if a.strip()
+        # Spark option names are case-insensitive; each spelling maps to its declared key.
+        given = {
+            _ALIASES.get(str(k).lower().replace("_", ""), str(k)): v
+            for k, v in options.items()
+            if v is not None
+        }
+        if not str(given.get("subExpression", "*")).strip():
+            del given["subExpression"]  # Spark passes "" for an option set but left empty
+        table, problems = parse_options(
+            SourceOptionTable, given, Where("<spark options>", "rocketmq"), text=True
         )
-        if not namesrv:
-            problems.append(
-                _problem("namesrv", "required: the name server(s), e.g. 127.0.0.1:9876")
-            )
-        topics = tuple(t.strip() for t in values.get("topics", "").split(",") if t.strip())
-        if not topics:
-            problems.append(_problem("topics", "required: comma-separated topics"))
-        for topic in topics:
-            if not _TOPIC.match(topic):
-                problems.append(_problem("topics", f"{topic!r} is not a valid topic name"))
-
-        def integer(key: str, minimum: int) -> int | None:
-            if key not in values:
-                return None
-            try:
-                number = int(values[key])
-            except ValueError:
-                problems.append(_problem(key, f"must be an integer, got {values[key]!r}"))
-                return None
-            if number < minimum:
-                problems.append(_problem(key, f"must be at least {minimum}, got {number}"))
-                return None
-            return number
-
-        max_per_trigger = integer("maxMessagesPerTrigger", 1)
-        timeout = integer("pullTimeoutMs", 1)
-        fail = values.get("failOnDataLoss", "true").strip().lower()
-        if fail not in ("true", "false"):
-            problems.append(_problem("failOnDataLoss", f"must be true or false, got {fail!r}"))
         starting: OffsetSpec | None = None
         ending: OffsetSpec | None = None
         try:
             starting = parse_offset_spec(
-                values.get("startingOffsets"),
+                table.starting_offsets,
                 "startingOffsets",
                 "latest" if streaming else "earliest",
             )
         except ConfigError as exc:
             problems.extend(exc.problems)
         try:
-            ending = parse_offset_spec(values.get("endingOffsets"), "endingOffsets", "latest")
-            if streaming and "endingOffsets" in values:
+            ending = parse_offset_spec(table.ending_offsets, "endingOffsets", "latest")
+            if streaming and "endingOffsets" in given:
                 problems.append(_problem("endingOffsets", "is for batch reads (spark.read) only"))
             elif ending.kind == "timestamp":
                 problems.append(
@@ -183,22 +151,21 @@ class SourceOptions:
                 )
         except ConfigError as exc:
             problems.extend(exc.problems)
-        if "maxMessagesPerTrigger" in values and not streaming:
+        if "maxMessagesPerTrigger" in given and not streaming:
             problems.append(_problem("maxMessagesPerTrigger", "is for streaming reads only"))
-        expression = values.get("subExpression", "*").strip() or "*"
         if problems:
             raise ConfigError(problems)
         assert starting is not None and ending is not None
         return cls(
-            namesrv=namesrv,
-            topics=topics,
+            namesrv=table.namesrv,
+            topics=table.topics,
             starting=starting,
             ending=ending,
-            max_messages_per_trigger=max_per_trigger,
-            sub_expression=expression,
-            fail_on_data_loss=fail == "true",
-            pull_timeout_ms=timeout or 10_000,
-            consumer_group=values.get("consumerGroup", "rmqk-spark-source"),
+            max_messages_per_trigger=table.max_messages_per_trigger,
+            sub_expression=table.sub_expression.strip(),
+            fail_on_data_loss=table.fail_on_data_loss,
+            pull_timeout_ms=table.pull_timeout_ms,
+            consumer_group=table.consumer_group,
         )
 
     def reader(self) -> BrokerReader:

@@ -1,0 +1,537 @@
+"""Every option of a push consumer: name, type, Java default, allowed values, doc.
+
+A declarative table. The options are Apache RocketMQ 4.9.8's
+``DefaultMQPushConsumer`` and ``ClientConfig`` settings in snake_case, plus the
+names of the plugins a consumer is composed of. :class:`ConsumerOptions` holds
+one resolved set; each of its fields carries an :class:`~rmqk.optionspec.OptionSpec`,
+and :data:`OPTIONS` lists them in order. The same table validates
+``PushConsumer`` keyword options and the keys of a ``[consumers.<name>]`` config
+table, and generates the config reference.
+
+Defaults are the 4.9.8 client's, including where older releases or the seed
+documents differ (``consume_thread_max`` is 20, not 64;
+``pull_time_delay_mills_when_exception`` is ClientConfig's 1000 ms, which
+``DefaultMQPushConsumerImpl``'s constructor copies over its own 3000).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Collection, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from rmqk.errors import ConfigProblem
+from rmqk.model import ConsumeFromWhere, MessageModel
+from rmqk.optionspec import (
+    JAVA_INT_MAX,
+    JAVA_LONG_MAX,
+    TIMESTAMP_FORMAT,
+    OptionSpec,
+    OptionType,
+    Where,
+    convert_values,
+    option_specs,
+)
+from rmqk.optionspec import option as _option
+from rmqk.optiontext import (
+    suggest,
+    unknown_key_message,
+)
+
+__all__ = [
+    "OPTIONS",
+    "OPTIONS_BY_NAME",
+    "PLUGIN_OPTIONS",
+    "AccessChannel",
+    "ConsumerOptions",
+    "PluginChoice",
+    "check_plugin_names",
+    "default_consume_timestamp",
+    "plugin_choices",
+    "validate_options",
+]
+
+
+class AccessChannel(enum.Enum):
+    """ClientConfig.accessChannel: a private cluster or a cloud service."""
+
+    LOCAL = "LOCAL"
+    CLOUD = "CLOUD"
+
+
+def default_consume_timestamp(now: float | None = None) -> str:
+    """Half an hour before ``now``, in local time, as Java's consumeTimestamp default."""
+    moment = time.time() if now is None else now
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(moment - 30 * 60))
+
+
+def _cpu_count() -> int:
+    return os.cpu_count() or 1
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _empty_table() -> Mapping[str, Any]:
+    return _EMPTY
+
+
+@attrs.frozen
+class ConsumerOptions:
+    """One resolved set of consumer options; build it with :func:`validate_options`.
+
+    Each field is made by ``_option``, which returns an ``attrs.field`` carrying
+    the option's :class:`OptionSpec` (ruff's RUF009 cannot see that).
+    """
+
+    # -- client (ClientConfig) ---------------------------------------------------
+    namesrv_addr: tuple[str, ...] = _option(
+        OptionType.ADDRESSES,
+        "Name server addresses (host:port), as one ';'-separated string like Java's "
+        "or as a list. Required in a config file.",
+        (),
+        default_text="(none)",
+        java_name="namesrvAddr",
+    )
+    instance_name: str = _option(
+        OptionType.STR,
+        "Instance name; with the client IP it forms the client id. In clustering mode "
+        '"DEFAULT" becomes "<pid>#<nanotime>" at start, as in Java.',
+        "DEFAULT",
+        java_name="instanceName",
+    )
+    client_ip: str | None = _option(
+        OptionType.STR,
+        "The IP address put in the client id.",
+        None,
+        default_text="the machine's first non-loopback address",
+        java_name="clientIP",
+        nullable=True,
+    )
+    unit_name: str | None = _option(
+        OptionType.STR,
+        'Unit name, appended to the client id as "@unit_name".',
+        None,
+        default_text="(none)",
+        java_name="unitName",
+        nullable=True,
+    )
+    namespace: str | None = _option(
+        OptionType.STR,
+        'Namespace: groups and topics become "<namespace>%<name>" on the wire.',
+        None,
+        default_text="(none)",
+        java_name="namespace",
+        nullable=True,
+    )
+    access_channel: AccessChannel = _option(  # noqa: RUF009
+        OptionType.ENUM,
+        "LOCAL for a private cluster, CLOUD for a cloud service.",
+        AccessChannel.LOCAL,
+        java_name="accessChannel",
+        enum_type=AccessChannel,
+    )
+    vip_channel_enabled: bool = _option(
+        OptionType.BOOL,
+        "Send broker requests to the VIP channel (listen port - 2).",
+        False,
+        java_name="vipChannelEnabled",
+    )
+    use_tls: bool = _option(
+        OptionType.BOOL,
+        "Use TLS on connections to name servers and brokers.",
+        False,
+        java_name="useTLS",
+    )
+    unit_mode: bool = _option(
+        OptionType.BOOL,
+        "Unit mode, sent in heartbeats and pull requests.",
+        False,
+        java_name="unitMode",
+    )
+    client_callback_executor_threads: int = _option(
+        OptionType.INT,
+        "Threads that run response callbacks.",
+        factory=_cpu_count,
+        default_text="the number of CPUs",
+        java_name="clientCallbackExecutorThreads",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+        unit="threads",
+    )
+    poll_name_server_interval: int = _option(
+        OptionType.INT,
+        "How often topic routes are refreshed from the name server.",
+        30_000,
+        java_name="pollNameServerInterval",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+        unit="ms",
+    )
+    heartbeat_broker_interval: int = _option(
+        OptionType.INT,
+        "How often heartbeats are sent to every broker.",
+        30_000,
+        java_name="heartbeatBrokerInterval",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+        unit="ms",
+    )
+    persist_consumer_offset_interval: int = _option(
+        OptionType.INT,
+        "How often consumed offsets are persisted.",
+        5_000,
+        java_name="persistConsumerOffsetInterval",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+        unit="ms",
+    )
+    pull_time_delay_mills_when_exception: int = _option(
+        OptionType.INT,
+        "Delay before a pull is retried after it failed.",
+        1_000,
+        java_name="pullTimeDelayMillsWhenException",
+        minimum=0,
+        maximum=JAVA_LONG_MAX,
+        unit="ms",
+    )
+    mq_client_api_timeout: int = _option(
+        OptionType.INT,
+        "Timeout of synchronous requests to name servers and brokers.",
+        3_000,
+        java_name="mqClientApiTimeout",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+        unit="ms",
+    )
+    # -- consumer (DefaultMQPushConsumer) ----------------------------------------
+    message_model: MessageModel = _option(  # noqa: RUF009
+        OptionType.ENUM,
+        "CLUSTERING shares the queues among the group; BROADCASTING gives every "
+        "consumer every message.",
+        MessageModel.CLUSTERING,
+        java_name="messageModel",
+        enum_type=MessageModel,
+    )
+    consume_from_where: ConsumeFromWhere = _option(  # noqa: RUF009
+        OptionType.ENUM,
+        "Where a queue with no stored offset starts.",
+        ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        java_name="consumeFromWhere",
+        enum_type=ConsumeFromWhere,
+    )
+    consume_timestamp: str = _option(
+        OptionType.TIMESTAMP,
+        f"Start time for CONSUME_FROM_TIMESTAMP, local time, {TIMESTAMP_FORMAT}.",
+        factory=default_consume_timestamp,
+        default_text="30 minutes before the options are resolved",
+        java_name="consumeTimestamp",
+    )
+    allocate_message_queue_strategy: str = _option(
+        OptionType.PLUGIN,
+        "The registered allocation strategy that shares queues among the group.",
+        "AVG",
+        java_name="allocateMessageQueueStrategy",
+        plugin_kind="allocation strategy",
+    )
+    allocate_options: Mapping[str, Any] = _option(
+        OptionType.TABLE,
+        "Options passed to the allocation strategy's factory.",
+        factory=_empty_table,
+        default_text="{}",
+    )
+    offset_store: str | None = _option(
+        OptionType.PLUGIN,
+        "The registered offset store.",
+        None,
+        default_text="remote-broker for CLUSTERING, local-file for BROADCASTING",
+        java_name="offsetStore",
+        plugin_kind="offset store",
+        nullable=True,
+    )
+    offset_store_options: Mapping[str, Any] = _option(
+        OptionType.TABLE,
+        "Options passed to the offset store's factory.",
+        factory=_empty_table,
+        default_text="{}",
+    )
+    transport: str = _option(
+        OptionType.PLUGIN,
+        "The registered remoting transport.",
+        "tcp",
+        plugin_kind="transport",
+    )
+    transport_options: Mapping[str, Any] = _option(
+        OptionType.TABLE,
+        "Options passed to the transport's factory.",
+        factory=_empty_table,
+        default_text="{}",
+    )
+    consume_service: str = _option(
+        OptionType.PLUGIN,
+        "The registered consume service: concurrent, or orderly for per-queue order.",
+        "concurrent",
+        plugin_kind="consume service",
+    )
+    consume_service_options: Mapping[str, Any] = _option(
+        OptionType.TABLE,
+        "Options passed to the consume service's factory.",
+        factory=_empty_table,
+        default_text="{}",
+    )
+    consume_thread_min: int = _option(
+        OptionType.INT,
+        "Core size of the consume thread pool.",
+        20,
+        java_name="consumeThreadMin",
+        minimum=1,
+        maximum=1000,
+        java_checked=True,
+        unit="threads",
+    )
+    consume_thread_max: int = _option(
+        OptionType.INT,
+        "Maximum size of the consume thread pool (and of concurrent async consumes).",
+        20,
+        java_name="consumeThreadMax",
+        minimum=1,
+        maximum=1000,
+        java_checked=True,
+        unit="threads",
+    )
+    adjust_thread_pool_nums_threshold: int = _option(
+        OptionType.INT,
+        "Backlog above which the consume pool may grow.",
+        100_000,
+        java_name="adjustThreadPoolNumsThreshold",
+        minimum=1,
+        maximum=JAVA_LONG_MAX,
+        unit="messages",
+    )
+    consume_concurrently_max_span: int = _option(
+        OptionType.INT,
+        "Concurrent mode: pulling a queue pauses while the offsets it holds span more than this.",
+        2_000,
+        java_name="consumeConcurrentlyMaxSpan",
+        minimum=1,
+        maximum=65535,
+        java_checked=True,
+        unit="offsets",
+    )
+    pull_threshold_for_queue: int = _option(
+        OptionType.INT,
+        "Pulling a queue pauses while it holds more messages than this.",
+        1_000,
+        java_name="pullThresholdForQueue",
+        minimum=1,
+        maximum=65535,
+        java_checked=True,
+        unit="messages",
+    )
+    pull_threshold_size_for_queue: int = _option(
+        OptionType.INT,
+        "Pulling a queue pauses while its message bodies take more than this.",
+        100,
+        java_name="pullThresholdSizeForQueue",
+        minimum=1,
+        maximum=1024,
+        java_checked=True,
+        unit="MiB",
+    )
+    pull_threshold_for_topic: int = _option(
+        OptionType.INT,
+        "Topic-wide message limit, divided among the topic's queues; overrides "
+        "pull_threshold_for_queue.",
+        -1,
+        java_name="pullThresholdForTopic",
+        minimum=1,
+        maximum=6_553_500,
+        special={-1: "no limit"},
+        java_checked=True,
+        unit="messages",
+    )
+    pull_threshold_size_for_topic: int = _option(
+        OptionType.INT,
+        "Topic-wide body size limit, divided among the topic's queues; overrides "
+        "pull_threshold_size_for_queue.",
+        -1,
+        java_name="pullThresholdSizeForTopic",
+        minimum=1,
+        maximum=102_400,
+        special={-1: "no limit"},
+        java_checked=True,
+        unit="MiB",
+    )
+    pull_interval: int = _option(
+        OptionType.INT,
+        "Pause between two pulls of one queue; 0 pulls again at once.",
+        0,
+        java_name="pullInterval",
+        minimum=0,
+        maximum=65535,
+        java_checked=True,
+        unit="ms",
+    )
+    consume_message_batch_max_size: int = _option(
+        OptionType.INT,
+        "Most messages handed to one listener or sink call.",
+        1,
+        java_name="consumeMessageBatchMaxSize",
+        minimum=1,
+        maximum=1024,
+        java_checked=True,
+        unit="messages",
+    )
+    pull_batch_size: int = _option(
+        OptionType.INT,
+        "Most messages asked for by one pull request.",
+        32,
+        java_name="pullBatchSize",
+        minimum=1,
+        maximum=1024,
+        java_checked=True,
+        unit="messages",
+    )
+    post_subscription_when_pull: bool = _option(
+        OptionType.BOOL,
+        "Send the subscription expression with every pull request.",
+        False,
+        java_name="postSubscriptionWhenPull",
+    )
+    max_reconsume_times: int = _option(
+        OptionType.INT,
+        "Retries before a message goes to the dead-letter queue; -1 means 16 "
+        "(concurrent) or unlimited (orderly).",
+        -1,
+        java_name="maxReconsumeTimes",
+        minimum=0,
+        maximum=JAVA_INT_MAX,
+        special={-1: "16 concurrent, unlimited orderly"},
+    )
+    suspend_current_queue_time_millis: int = _option(
+        OptionType.INT,
+        "Orderly mode: how long a queue is suspended after a failed consume "
+        "(Java clamps to this range silently).",
+        1_000,
+        java_name="suspendCurrentQueueTimeMillis",
+        minimum=10,
+        maximum=30_000,
+        unit="ms",
+    )
+    consume_timeout: int = _option(
+        OptionType.INT,
+        "A consume running longer than this counts as timed out and its messages are "
+        "sent back for retry.",
+        15,
+        java_name="consumeTimeout",
+        minimum=1,
+        maximum=JAVA_LONG_MAX,
+        unit="minutes",
+    )
+    await_termination_millis_when_shutdown: int = _option(
+        OptionType.INT,
+        "How long shutdown waits for running consumes; 0 does not wait.",
+        0,
+        java_name="awaitTerminationMillisWhenShutdown",
+        minimum=0,
+        maximum=JAVA_LONG_MAX,
+        unit="ms",
+    )
+
+    @property
+    def effective_offset_store(self) -> str:
+        """The offset store to use: the chosen one, else the message model's default."""
+        if self.offset_store is not None:
+            return self.offset_store
+        if self.message_model is MessageModel.BROADCASTING:
+            return "local-file"
+        return "remote-broker"
+
+
+OPTIONS: tuple[OptionSpec, ...] = tuple(option_specs(ConsumerOptions).values())
+OPTIONS_BY_NAME: Mapping[str, OptionSpec] = option_specs(ConsumerOptions)
+
+# Pairs of (plugin option, its options table).
+PLUGIN_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("allocate_message_queue_strategy", "allocate_options"),
+    ("offset_store", "offset_store_options"),
+    ("transport", "transport_options"),
+    ("consume_service", "consume_service_options"),
+)
+
+
+def validate_options(
+    mapping: Mapping[str, Any], where: Where
+) -> tuple[ConsumerOptions, list[ConfigProblem]]:
+    """Resolve ``mapping`` (option name to value) against :data:`OPTIONS`.
+
+    Returns the resolved options, with defaults for keys not given and for keys
+    whose value was rejected, and every problem found, each naming its key and
+    what is allowed. The options are only meaningful when there are no problems.
+    """
+    values, problems = convert_values(OPTIONS_BY_NAME, mapping, where, unknown=unknown_key_message)
+    options = ConsumerOptions(**values)
+    if (
+        "consume_thread_min" in values or "consume_thread_max" in values
+    ) and options.consume_thread_min > options.consume_thread_max:
+        problems.append(
+            where.problem(
+                "consume_thread_min",
+                f"consume_thread_min ({options.consume_thread_min}) is larger than "
+                f"consume_thread_max ({options.consume_thread_max})",
+            )
+        )
+    return options, problems
+
+
+@attrs.frozen
+class PluginChoice:
+    """One plugin a consumer is composed of: the key that picks it, its name and kind."""
+
+    key: str
+    name: str
+    kind: str
+
+
+def plugin_choices(options: ConsumerOptions) -> list[PluginChoice]:
+    """The plugins ``options`` compose, with the offset store resolved by message model."""
+    out: list[PluginChoice] = []
+    for key, _table in PLUGIN_OPTIONS:
+        spec = OPTIONS_BY_NAME[key]
+        assert spec.plugin_kind is not None
+        name = options.effective_offset_store if key == "offset_store" else getattr(options, key)
+        out.append(PluginChoice(key, name, spec.plugin_kind))
+    return out
+
+
+def check_plugin_names(
+    choices: Iterable[PluginChoice], where: Where, *, explicit: Collection[str] = ()
+) -> list[ConfigProblem]:
+    """Problems for plugin names that no installed plugin registered.
+
+    Keys not in ``explicit`` are reported as defaults, since the file does not
+    mention them.
+    """
+    from rmqk.pluginmanager import registries
+
+    regs = registries()
+    problems: list[ConfigProblem] = []
+    for choice in choices:
+        registry = regs.by_kind(choice.kind)
+        if choice.name in registry:
+            continue
+        known = ", ".join(registry.names()) or "(none: are the rmqk plugins installed and enabled?)"
+        origin = "" if choice.key in explicit else " (the default)"
+        hint = suggest(choice.name, registry.names())
+        problems.append(
+            where.problem(
+                choice.key,
+                f"unknown {choice.kind} {choice.name!r}{origin}{hint}; registered: {known}",
+            )
+        )
+    return problems

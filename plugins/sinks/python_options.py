@@ -1,0 +1,35 @@
+"""The ``python`` sink's ``sink_options`` table, declared."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from rmqk.options import OptionInvalid, OptionType, Where, load_options, option
+
+__all__ = ["PythonSinkOptions", "parse_python_sink_options"]
+
+
+def _callable(target: object) -> object:
+    if not callable(target):
+        raise OptionInvalid(f"{target!r} is not callable")
+    return target
+
+
+@attrs.frozen
+class PythonSinkOptions:
+    function: Callable[..., Any] = option(  # noqa: RUF009
+        OptionType.OBJECT,
+        '"module:function", called with (queue, messages); may be async def. Returning '
+        "acknowledges the batch, raising retries it.",
+        None,
+        required="a 'module:function' to call with (queue, messages)",
+        check=_callable,
+    )
+
+
+def parse_python_sink_options(options: Mapping[str, Any]) -> PythonSinkOptions:
+    """The options, or a ConfigError listing every problem."""
+    return load_options(PythonSinkOptions, options, Where("<sink_options>", "python"))
