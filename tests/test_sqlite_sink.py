@@ -165,7 +165,7 @@ def test_bad_options_name_every_key() -> None:
     assert set(problems) == {"path", "table", "flush"}
     assert "required" in problems["path"]
     assert "plain SQL table name" in problems["table"]
-    assert "unknown key" in problems["flush"]
+    assert "unknown option" in problems["flush"]
     assert all(p.table == "sqlite" for p in caught.value.problems)
     with pytest.raises(ConfigError, match="path"):
         SqliteSink({"path": ""})
