@@ -151,10 +151,10 @@ def rmqk_filter_message(context: FilterMessageContext) -> None:
     The return value is ignored. May be ``async def``. Exceptions are
     logged and swallowed.
 
-    An implementation that only narrows TAG subscriptions naming tags may set
-    the attribute named by ``rmqk.engine.consumer.TAGS_ONLY_FILTER`` to True on
-    its function: when every implementation does, pulls of ``*`` subscriptions
-    skip the hook call (the default exact-tag re-filter does this).
+    The exact-tag re-filter is a step of the pull path (``rmqk.engine.pull``),
+    not an implementation of this hook: it always runs for TAG subscriptions
+    naming tags and cannot be disabled. The hook is called only when some
+    plugin implements it, so pulls pay nothing for it otherwise.
     """
 
 

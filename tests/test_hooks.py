@@ -214,7 +214,7 @@ async def test_hook_rmqk_filter_message(pm: Any) -> None:
 async def test_filter_hook_is_skipped_for_star_only_when_every_filter_is_tags_only(
     pm: Any,
 ) -> None:
-    from rmqk.engine.consumer import filter_pulled
+    from rmqk.engine.pull import filter_pulled
     from rmqk.model import build_subscription
 
     star = build_subscription("T", "*")
@@ -222,7 +222,7 @@ async def test_filter_hook_is_skipped_for_star_only_when_every_filter_is_tags_on
     msgs = [_msg(0), _msg(1)]
     msgs[0]._props = {"TAGS": "a"}
     msgs[1]._props = {"TAGS": "c"}
-    # Only the default exact-tag filter (loaded from its entry point) is registered.
+    # No plugin implements the hook: the pull path's exact-tag step narrows on its own.
     narrowed = await filter_pulled("g", MQ, named, list(msgs), False)
     assert [m.queue_offset for m in narrowed] == [0]
     assert await filter_pulled("g", MQ, star, msgs, False) is msgs  # not even called
@@ -237,6 +237,28 @@ async def test_filter_hook_is_skipped_for_star_only_when_every_filter_is_tags_on
     pm.register(Counting(), name="counting")
     assert len(await filter_pulled("g", MQ, star, msgs, False)) == 2
     assert seen == [2]  # a filter without the attribute runs for '*' too
+
+
+async def test_exact_tag_refilter_is_an_engine_step_before_filter_hooks(pm: Any) -> None:
+    from rmqk.engine.pull import filter_pulled
+    from rmqk.model import build_subscription
+
+    named = build_subscription("T", "a || b")
+    msgs = [_msg(0), _msg(1), _msg(2)]
+    for m, tag in zip(msgs, ("a", "c", "b"), strict=True):
+        m._props = {"TAGS": tag}
+    seen: list[list[int]] = []
+
+    class Recording:
+        @hookimpl(tryfirst=True)
+        def rmqk_filter_message(self, context: FilterMessageContext) -> None:
+            seen.append([m.queue_offset for m in context.messages])
+
+    pm.register(Recording(), name="recording")
+    kept = await filter_pulled("g", MQ, named, list(msgs), False)
+    # Even a tryfirst hook sees only exact tag matches: the re-filter is not a hook.
+    assert seen == [[0, 2]]
+    assert [m.queue_offset for m in kept] == [0, 2]
 
 
 async def test_hook_rmqk_consume_message_before(pm: Any) -> None:

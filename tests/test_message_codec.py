@@ -600,7 +600,7 @@ def test_decode_message_from_a_bytearray_copies_one_record_and_reports_real_offs
 
 
 def test_queue_bounds_reach_the_properties_whether_parsed_before_or_after() -> None:
-    from rmqk.engine.consumer import stamp_queue_offsets
+    from rmqk.engine.pull import stamp_queue_offsets
 
     lazy, eager = decode_messages(hand_record() + hand_record(), "b")
     assert eager.tags == "TagA"  # parsed before the stamp

@@ -29,7 +29,7 @@ def loaded() -> set[str]:
 
 def test_default_plugins_load_through_entry_points() -> None:
     names = loaded()
-    assert {"allocation", "remoting", "broker", "consume", "offsets", "sinks", "filters"} <= names
+    assert {"allocation", "remoting", "broker", "consume", "offsets", "sinks"} <= names
     regs = registries()
     assert "AVG" in regs.allocation_strategies
     assert "tcp" in regs.transports

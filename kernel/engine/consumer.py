@@ -6,23 +6,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from rmqk.consume_host import ConsumeService
-from rmqk.contexts import FilterMessageContext
-from rmqk.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
-from rmqk.engine.client import ClientInstance
+from rmqk.contracts import ReadOffsetType
 from rmqk.engine.consume_host import create_consume_service
 from rmqk.engine.listener import ListenerInvoker
+from rmqk.engine.member import ConsumerMember
 from rmqk.engine.process_queue import ProcessQueue
+from rmqk.engine.pull import PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL, FlowControl, PullAPI
 from rmqk.engine.rebalance import Rebalance
-from rmqk.engine.startup import client_for, load_offset_store, resolve_namesrv, start_once
+from rmqk.engine.startup import load_offset_store, start_once
 from rmqk.engine.stats import ConsumerStats
-from rmqk.errors import BrokerError, ClientError, ConfigError, RmqkError
+from rmqk.errors import ClientError, ConfigError
 from rmqk.message import Message, MessageExt, MessageProperty
 from rmqk.model import (
-    MASTER_ID,
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumeType,
     ExpressionType,
@@ -35,34 +34,42 @@ from rmqk.model import (
     build_subscription,
 )
 from rmqk.options import ConsumerOptions, Where, check_group, validate_options
-from rmqk.pluginmanager import call_event_hook, get_plugin_manager, registries
-from rmqk.protocol import PullSysFlag
-from rmqk.transport import (
-    ConsumeMessageDirectlyResult,
-    ConsumerData,
-    PullMessageRequest,
-)
+from rmqk.transport import ConsumeMessageDirectlyResult
 
-__all__ = ["TAGS_ONLY_FILTER", "AsyncPushConsumer", "filter_pulled", "stamp_queue_offsets"]
+__all__ = ["AsyncPushConsumer"]
 
 log = logging.getLogger("rmqk.engine.consumer")
 
 # DefaultMQPushConsumerImpl's fixed delays.
-PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
 PULL_TIME_DELAY_MILLS_WHEN_SUSPEND = 1000
 BROKER_SUSPEND_MAX_TIME_MILLIS = 15_000
 CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND = 30_000
 OFFSET_ILLEGAL_FIX_DELAY_MS = 10_000
 RESET_OFFSET_PAUSE_MS = 10_000
+# The timeout of the admin requests a rebalance sends (max offset, search by time).
+ADMIN_TIMEOUT_MS = 3000
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(ConsumerMember):
     """A push consumer running in the caller's event loop.
 
     ``AsyncPushConsumer(group, namesrv_addr=..., **options)`` takes every option of
     :class:`rmqk.options.ConsumerOptions` by its snake_case Java name; bad values
     raise :class:`rmqk.errors.ConfigError` naming the option and what is allowed.
     """
+
+    consume_type = ConsumeType.CONSUME_PASSIVELY
+    reported_options = (
+        "consume_thread_min",
+        "consume_thread_max",
+        "pull_batch_size",
+        "consume_message_batch_max_size",
+        "pull_threshold_for_queue",
+        "consume_concurrently_max_span",
+        "message_model",
+        "consume_from_where",
+    )
+    log = log
 
     def __init__(self, group: str, options: ConsumerOptions | None = None, **kwargs: Any) -> None:
         problem = check_group(group)
@@ -75,31 +82,24 @@ class AsyncPushConsumer:
             options, problems = validate_options(kwargs, where)
             if problems:
                 raise ConfigError(problems)
-        resolved = options
-        self.options: ConsumerOptions = resolved
-        self.group = group
-        self.message_model: MessageModel = resolved.message_model
-        self.state = ServiceState.CREATE_JUST
+        super().__init__(group, options)
         self.rebalance = Rebalance(self)
         self._subscriptions: dict[str, tuple[str, ExpressionType]] = {}
         self.listener: Callable[..., Any] | None = None
         self.rebalance_listener: Callable[..., Any] | None = None
         self.paused = False
-        self.client: ClientInstance
-        self.client_id = ""
-        self.offset_store: OffsetStore
         self.consume_service: ConsumeService
-        self.allocation_strategy: AllocationStrategy
         self.invoker: ListenerInvoker
         self.consume_orderly = False
-        self.pull_threshold_for_queue = resolved.pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = resolved.pull_threshold_size_for_queue
+        self.flow = FlowControl(
+            log,
+            count=options.pull_threshold_for_queue,
+            size_mib=options.pull_threshold_size_for_queue,
+            span=options.consume_concurrently_max_span,
+        )
+        self.pull_api: PullAPI
         self.stats = ConsumerStats()
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        self._pull_from_which_node: dict[MessageQueue, int] = {}
-        self._background: set[asyncio.Future[Any]] = set()
-        self._heartbeat_requested_at = 0.0
-        self.start_timestamp = 0
 
     # -- configuration ------------------------------------------------------------------
 
@@ -143,11 +143,7 @@ class AsyncPushConsumer:
         opts = self.options
         if self.listener is None:
             raise ClientError("messageListener is null")
-        self._namesrv = resolve_namesrv(opts)
-        regs = registries()
-        self.allocation_strategy = regs.allocation_strategies.create(
-            opts.allocate_message_queue_strategy, **dict(opts.allocate_options)
-        )
+        self._join_client()
         # copySubscription
         for topic, (expr, etype) in self._subscriptions.items():
             self.rebalance.subscription_inner[topic] = build_subscription(
@@ -157,8 +153,6 @@ class AsyncPushConsumer:
             self.rebalance.subscription_inner[self.retry_topic] = build_subscription(
                 self.retry_topic, "*", ExpressionType.TAG, int(time.time() * 1000)
             )
-        self.client = client_for(opts, self.message_model, self._namesrv)
-        self.client_id = self.client.client_id
         self.offset_store = await load_offset_store(
             opts, self.group, self.message_model, self.client
         )
@@ -166,30 +160,34 @@ class AsyncPushConsumer:
         self.invoker = ListenerInvoker(self.listener, self.group, threads)
         self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)
+        if self.consume_orderly:
+            # Orderly consumption holds one queue's messages in order: no span limit.
+            self.flow.span = None
+        self.pull_api = PullAPI(
+            self.client,
+            self.group,
+            log,
+            batch_size=opts.pull_batch_size,
+            suspend_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+            timeout_ms=CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND,
+            exception_delay_ms=opts.pull_time_delay_mills_when_exception,
+            unit_mode=opts.unit_mode,
+            lite=False,
+            on_subscription_missing=self.heartbeat_now,
+        )
         await self.consume_service.start()
         if not self.client.register_consumer(self.group, self):
-            self.state = ServiceState.CREATE_JUST
+            taken = self._group_taken()
             await self.consume_service.shutdown(0)
-            raise ClientError(
-                f"The consumer group[{self.group}] has been created before, "
-                "specify another name please."
-            )
+            raise taken
         await self.client.start()
-        self.state = ServiceState.RUNNING
-        self.start_timestamp = int(time.time() * 1000)
-        for topic in list(self.rebalance.subscription_inner):
-            await self.client.update_topic_route(topic)
-        await self.client.send_heartbeat_to_all_brokers()
-        self.client.rebalance_immediately()
+        await self._announce()
 
     async def _cleanup_failed_start(self) -> None:
         with contextlib.suppress(Exception):
             if hasattr(self, "consume_service"):
                 await self.consume_service.shutdown(0)
-        with contextlib.suppress(Exception):
-            if hasattr(self, "client") and self.client.consumers.get(self.group) is self:
-                await self.client.unregister_consumer(self.group)
-                await self.client.shutdown_if_unused()
+        await self._leave_client_quietly()
 
     async def shutdown(self) -> None:
         """Stop pulling, persist offsets, unregister from brokers (Java's shutdown order)."""
@@ -213,13 +211,6 @@ class AsyncPushConsumer:
         self.invoker.shutdown()
         self.state = ServiceState.SHUTDOWN_ALREADY
 
-    async def __aenter__(self) -> AsyncPushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
     # -- pause / resume ----------------------------------------------------------------------
 
     def pause(self) -> None:
@@ -236,39 +227,14 @@ class AsyncPushConsumer:
 
     # -- MemberInner (what the client instance calls) ------------------------------------------
 
-    def subscriptions(self) -> list[SubscriptionData]:
-        return list(self.rebalance.subscription_inner.values())
-
-    def consumer_data(self) -> ConsumerData:
-        return ConsumerData(
-            group_name=self.group,
-            consume_type=ConsumeType.CONSUME_PASSIVELY,
-            message_model=self.message_model,
-            consume_from_where=self.options.consume_from_where,
-            subscriptions=self.subscriptions(),
-            unit_mode=self.options.unit_mode,
-        )
-
-    def update_topic_subscribe_info(self, topic: str, mqs: frozenset[MessageQueue]) -> None:
-        self.rebalance.update_topic_subscribe_info(topic, mqs)
-
-    def is_subscribe_topic_need_update(self, topic: str) -> bool:
-        return self.rebalance.is_subscribe_topic_need_update(topic)
-
     async def do_rebalance(self) -> None:
         if not self.paused and self.state is ServiceState.RUNNING:
             await self.rebalance.do_rebalance(self.consume_orderly)
 
-    async def persist_consumer_offset(self) -> None:
+    def _queues_to_persist(self) -> set[MessageQueue] | None:
         if not hasattr(self, "offset_store"):
-            return
-        try:
-            await self.offset_store.persist_all(set(self.rebalance.process_queue_table))
-        except Exception:
-            log.exception("group %s persistConsumerOffset exception", self.group)
-
-    def consumer_status(self, topic: str) -> dict[MessageQueue, int]:
-        return self.offset_store.clone_offset_table(topic)
+            return None
+        return set(self.rebalance.process_queue_table)
 
     async def reset_offset(self, topic: str, offsets: Mapping[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET: drop, wait, set, persist, remove, rebalance."""
@@ -295,44 +261,18 @@ class AsyncPushConsumer:
 
     reset_offset_pause_ms = RESET_OFFSET_PAUSE_MS
 
-    def running_info(self) -> dict[str, Any]:
-        props = {
-            name: str(getattr(self.options, name))
-            for name in (
-                "consume_thread_min",
-                "consume_thread_max",
-                "pull_batch_size",
-                "consume_message_batch_max_size",
-                "pull_threshold_for_queue",
-                "consume_concurrently_max_span",
-                "message_model",
-                "consume_from_where",
-            )
-        }
-        props["PROP_CONSUMEORDERLY"] = str(self.consume_orderly).lower()
-        props["PROP_THREADPOOL_CORE_SIZE"] = str(self.options.consume_thread_min)
-        props["PROP_CONSUMER_START_TIMESTAMP"] = str(self.start_timestamp)
-        mq_table = {}
-        for mq, pq in self.rebalance.process_queue_table.items():
-            info = pq.info()
-            info["commitOffset"] = self.offset_store.clone_offset_table(mq.topic).get(mq, -1)
-            mq_table[_mq_key(mq)] = info
+    def _running_properties(self) -> dict[str, str]:
         return {
-            "properties": props,
-            "subscriptionSet": [
-                {
-                    "topic": s.topic,
-                    "subString": s.sub_string,
-                    "tagsSet": sorted(s.tags_set),
-                    "codeSet": sorted(s.code_set),
-                    "subVersion": s.sub_version,
-                    "expressionType": s.expression_type.value,
-                }
-                for s in self.subscriptions()
-            ],
-            "mqTable": mq_table,
-            "statusTable": self.stats.status_table(),
+            "PROP_CONSUMEORDERLY": str(self.consume_orderly).lower(),
+            "PROP_THREADPOOL_CORE_SIZE": str(self.options.consume_thread_min),
+            **super()._running_properties(),
         }
+
+    def _held_queues(self) -> Iterable[tuple[MessageQueue, ProcessQueue]]:
+        return self.rebalance.process_queue_table.items()
+
+    def _status_table(self) -> dict[str, dict[str, float]]:
+        return self.stats.status_table()
 
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None
@@ -402,13 +342,8 @@ class AsyncPushConsumer:
             self.client.inner_producer = producer
         return self.client.inner_producer
 
-    async def max_offset(self, mq: MessageQueue) -> int:
-        addr = await self.client.find_broker_addr_for_admin(mq.broker_name, mq.topic)
-        return await self.client.transport.get_max_offset(addr, mq, 3000)
-
-    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        addr = await self.client.find_broker_addr_for_admin(mq.broker_name, mq.topic)
-        return await self.client.transport.search_offset(addr, mq, timestamp_ms, 3000)
+    def _admin_timeout_ms(self) -> int:
+        return ADMIN_TIMEOUT_MS
 
     def apply_topic_flow_control(self) -> None:
         """pullThresholdForTopic / SizeForTopic divided across the queues held."""
@@ -416,16 +351,9 @@ class AsyncPushConsumer:
         if n == 0:
             return
         if self.options.pull_threshold_for_topic != -1:
-            self.pull_threshold_for_queue = max(1, self.options.pull_threshold_for_topic // n)
+            self.flow.count = max(1, self.options.pull_threshold_for_topic // n)
         if self.options.pull_threshold_size_for_topic != -1:
-            self.pull_threshold_size_for_queue = max(
-                1, self.options.pull_threshold_size_for_topic // n
-            )
-
-    def _spawn(self, aw: Awaitable[Any]) -> None:
-        fut = asyncio.ensure_future(aw)
-        self._background.add(fut)
-        fut.add_done_callback(self._background.discard)
+            self.flow.size_mib = max(1, self.options.pull_threshold_size_for_topic // n)
 
     def call_later(self, delay_ms: int, fn: Callable[[], Awaitable[Any]]) -> None:
         async def later() -> None:
@@ -445,20 +373,6 @@ class AsyncPushConsumer:
         )
         self._pull_tasks[mq] = task
         task.add_done_callback(self._forget_pull_task)
-
-    def _heartbeat_now(self) -> None:
-        """Register with the brokers again now, at most once a second.
-
-        A broker forgets a client when its connection closes or the broker restarts,
-        and then refuses every pull until the client's next heartbeat, up to
-        ``heartbeat_broker_interval`` (30 s) away. Java 4.9.8 waits for it; rmqk
-        sends one at once (docs/reliability.md has the measurements).
-        """
-        now = time.monotonic()
-        if now - self._heartbeat_requested_at < 1.0:
-            return
-        self._heartbeat_requested_at = now
-        self._spawn(self.client.send_heartbeat_to_all_brokers())
 
     def _forget_pull_task(self, task: asyncio.Task[None]) -> None:
         for mq, current in list(self._pull_tasks.items()):
@@ -491,31 +405,11 @@ class AsyncPushConsumer:
             return opts.pull_time_delay_mills_when_exception
         if self.paused:
             return PULL_TIME_DELAY_MILLS_WHEN_SUSPEND
-        if pq.msg_count > self.pull_threshold_for_queue:
-            pq.flow_control_times += 1
-            if pq.flow_control_times % 1000 == 1:
-                log.warning(
-                    "the cached message count exceeds the threshold %d, so do flow control, "
-                    "%s, count=%d",
-                    self.pull_threshold_for_queue,
-                    mq,
-                    pq.msg_count,
-                )
+        if self.flow.blocks(pq, mq):
             return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        if pq.msg_size / (1024 * 1024) > self.pull_threshold_size_for_queue:
-            pq.flow_control_times += 1
-            return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        if not self.consume_orderly:
-            if pq.max_span() > opts.consume_concurrently_max_span:
-                pq.span_control_times += 1
-                if pq.span_control_times % 1000 == 1:
-                    log.warning(
-                        "the queue's messages span too long, so do flow control, %s, span=%d",
-                        mq,
-                        pq.max_span(),
-                    )
-                return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        elif pq.locked:
+        if self.consume_orderly:
+            if not pq.locked:
+                return opts.pull_time_delay_mills_when_exception
             if not req.locked_first:
                 offset = await self.rebalance.compute_pull_from_where(mq)
                 if offset < 0:
@@ -530,60 +424,22 @@ class AsyncPushConsumer:
                     )
                 req.locked_first = True
                 req.next_offset = offset
-        else:
-            return opts.pull_time_delay_mills_when_exception
         sub = self.rebalance.subscription_inner.get(mq.topic)
         if sub is None:
             return opts.pull_time_delay_mills_when_exception
         commit_offset = 0
         if self.message_model is MessageModel.CLUSTERING:
             commit_offset = await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
-        post_sub = opts.post_subscription_when_pull and not sub.class_filter_mode
-        sys_flag = PullSysFlag.SUSPEND
-        if commit_offset > 0:
-            sys_flag |= PullSysFlag.COMMIT_OFFSET
-        if post_sub:
-            sys_flag |= PullSysFlag.SUBSCRIPTION
-        found = self.client.find_broker_address_in_subscribe(
-            mq.broker_name, self._pull_from_which_node.get(mq, MASTER_ID), False
-        )
-        if found is None:
-            await self.client.update_topic_route(mq.topic)
-            found = self.client.find_broker_address_in_subscribe(
-                mq.broker_name, self._pull_from_which_node.get(mq, MASTER_ID), False
-            )
-        if found is None:
-            log.warning("The broker[%s] not exist", mq.broker_name)
-            return opts.pull_time_delay_mills_when_exception
-        if found.slave:
-            sys_flag &= ~PullSysFlag.COMMIT_OFFSET  # a slave must never commit offsets
-        header = PullMessageRequest(
-            consumer_group=self.group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=req.next_offset,
-            max_msg_nums=opts.pull_batch_size,
-            sys_flag=int(sys_flag),
-            commit_offset=max(commit_offset, 0),
-            suspend_timeout_millis=BROKER_SUSPEND_MAX_TIME_MILLIS,
-            subscription=sub.sub_string if post_sub else None,
-            sub_version=sub.sub_version,
-            expression_type=sub.expression_type.value,
-            broker_name=mq.broker_name,
-        )
         begin = time.perf_counter()
-        try:
-            result = await self.client.transport.pull_message(
-                found.broker_addr, header, CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND
-            )
-        except RmqkError as exc:
-            if not mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                log.warning("execute the pull request exception for %s: %s", mq, exc)
-            if isinstance(exc, BrokerError) and exc.code == 215:  # FLOW_CONTROL
-                return 20
-            if isinstance(exc, BrokerError) and exc.code == 24:  # SUBSCRIPTION_NOT_EXIST
-                self._heartbeat_now()
-            return opts.pull_time_delay_mills_when_exception
+        result = await self.pull_api.pull(
+            mq,
+            sub,
+            req.next_offset,
+            commit_offset=commit_offset,
+            post_subscription=opts.post_subscription_when_pull and not sub.class_filter_mode,
+        )
+        if isinstance(result, int):
+            return result
         if pq.is_dropped():
             return None
         return await self._on_pull_result(req, sub, result, (time.perf_counter() - begin) * 1000)
@@ -592,15 +448,12 @@ class AsyncPushConsumer:
         self, req: _PullRequest, sub: SubscriptionData, result: PullResult, rt_ms: float
     ) -> int | None:
         mq, pq = req.mq, req.pq
-        self._pull_from_which_node[mq] = result.suggest_which_broker_id
         status = result.status
+        msgs = await self.pull_api.process(mq, sub, result)
         if status is PullStatus.FOUND:
             prev = req.next_offset
             req.next_offset = result.next_begin_offset
             self.stats.pull_rt(mq.topic, rt_ms)
-            msgs = list(result.messages)
-            if msgs:
-                msgs = await self._filter(mq, sub, msgs)
             if not msgs:
                 return 0
             if result.next_begin_offset < prev or msgs[0].queue_offset < prev:
@@ -611,7 +464,6 @@ class AsyncPushConsumer:
                     msgs[0].queue_offset,
                     prev,
                 )
-            stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
             self.stats.pull_tps(mq.topic, len(msgs))
             dispatch = pq.put_messages(msgs)
             pq.set_acc_from_max_offset(result.max_offset, msgs[-1].queue_offset)
@@ -640,50 +492,6 @@ class AsyncPushConsumer:
             self.call_later(OFFSET_ILLEGAL_FIX_DELAY_MS, fix)
         return None
 
-    async def _filter(
-        self, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt]
-    ) -> list[MessageExt]:
-        return await filter_pulled(self.group, mq, sub, msgs, self.options.unit_mode)
-
-
-# A filter implementation with this attribute set to True only ever narrows TAG
-# subscriptions that name tags; for ``*`` it would do nothing, so it is not called.
-TAGS_ONLY_FILTER = "rmqk_filters_named_tags_only"
-
-
-def _filters_needed(sub: SubscriptionData) -> bool:
-    """False when no filter hook would act on this subscription."""
-    impls = get_plugin_manager().hook.rmqk_filter_message.get_hookimpls()
-    if not impls:
-        return False
-    if sub.expression_type is not ExpressionType.TAG or sub.tags_set or sub.class_filter_mode:
-        return True
-    return any(not getattr(impl.function, TAGS_ONLY_FILTER, False) for impl in impls)
-
-
-async def filter_pulled(
-    group: str, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt], unit_mode: bool
-) -> list[MessageExt]:
-    """Run the ``rmqk_filter_message`` hooks over one FOUND pull response."""
-    if not _filters_needed(sub):
-        return msgs
-    ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
-    await call_event_hook("rmqk_filter_message", context=ctx)
-    return ctx.messages
-
-
-def stamp_queue_offsets(msgs: list[MessageExt], min_offset: int, max_offset: int) -> None:
-    """Record the queue's min and max offset in each message (PullAPIWrapper's MIN/MAX_OFFSET).
-
-    One tuple shared by the pull's messages; the properties get them when parsed.
-    """
-    bounds = (min_offset, max_offset)
-    for m in msgs:
-        if m._props is None:
-            m._queue_bounds = bounds
-        else:
-            m.set_queue_bounds(bounds)
-
 
 class _PullRequest:
     __slots__ = ("locked_first", "mq", "next_offset", "pq")
@@ -693,7 +501,3 @@ class _PullRequest:
         self.pq = pq
         self.next_offset = next_offset
         self.locked_first = False
-
-
-def _mq_key(mq: MessageQueue) -> str:
-    return f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"

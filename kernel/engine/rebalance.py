@@ -35,17 +35,24 @@ __all__ = ["Rebalance", "RebalanceMember"]
 log = logging.getLogger("rmqk.engine.rebalance")
 
 # rocketmq.client.unlockDelayTimeMills: a queue that still holds messages is unlocked later.
-UNLOCK_DELAY_MS = int(os.environ.get("RMQK_UNLOCK_DELAY_MS", "20000"))
-# rocketmq.client.rebalance.waitInterval: the periodic rebalance.
-REBALANCE_WAIT_INTERVAL_MS = int(os.environ.get("RMQK_REBALANCE_WAIT_INTERVAL_MS", "20000"))
+# The environment variable RMQK_UNLOCK_DELAY_MS overrides it, read when a Rebalance is built.
+UNLOCK_DELAY_MS = 20_000
+# rocketmq.client.rebalance.waitInterval: the periodic rebalance. The environment variable
+# RMQK_REBALANCE_WAIT_INTERVAL_MS overrides it, read when a client instance is built.
+REBALANCE_WAIT_INTERVAL_MS = 20_000
+
+
+def _env_ms(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value is None else int(value)
 
 
 def unlock_delay_ms() -> int:
-    return UNLOCK_DELAY_MS
+    return _env_ms("RMQK_UNLOCK_DELAY_MS", UNLOCK_DELAY_MS)
 
 
 def rebalance_wait_interval_ms() -> int:
-    return REBALANCE_WAIT_INTERVAL_MS
+    return _env_ms("RMQK_REBALANCE_WAIT_INTERVAL_MS", REBALANCE_WAIT_INTERVAL_MS)
 
 
 def parse_consume_timestamp(text: str) -> int:
@@ -85,6 +92,7 @@ class Rebalance:
         self.subscription_inner: dict[str, SubscriptionData] = {}
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self.topic_subscribe_info: dict[str, frozenset[MessageQueue]] = {}
+        self.unlock_delay_ms = unlock_delay_ms()
 
     @property
     def group(self) -> str:
@@ -246,7 +254,7 @@ class Rebalance:
             if pq.msg_count > 0:
                 # Messages remain: unlock later so a new owner does not race this one.
                 asyncio.get_running_loop().call_later(
-                    unlock_delay_ms() / 1000,
+                    self.unlock_delay_ms / 1000,
                     lambda: asyncio.ensure_future(self.unlock(mq, oneway=True)),
                 )
             else:

@@ -1,0 +1,252 @@
+"""What both consumers are to their client instance and brokers (Java's MQConsumerInner).
+
+The push and lite pull consumers report themselves the same way: the consumer
+data of a heartbeat, the running info and consumer status an admin tool asks
+for, the offsets their queues have on the brokers. They also join a client
+instance the same way. :class:`ConsumerMember` holds those parts once; each
+consumer says only what differs (its consume type, the properties it reports,
+the queues it holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, ClassVar, Self
+
+from rmqk.contracts import AllocationStrategy, OffsetStore
+from rmqk.engine.client import ClientInstance
+from rmqk.engine.process_queue import ProcessQueue
+from rmqk.engine.rebalance import Rebalance
+from rmqk.engine.startup import client_for, resolve_namesrv
+from rmqk.errors import ClientError
+from rmqk.message import MessageExt
+from rmqk.model import (
+    ConsumeFromWhere,
+    ConsumeType,
+    MessageModel,
+    MessageQueue,
+    ServiceState,
+    SubscriptionData,
+)
+from rmqk.options import ConsumerOptions
+from rmqk.pluginmanager import registries
+from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData
+
+__all__ = ["ConsumerMember"]
+
+# A broker that forgot this client is told again at most this often.
+_HEARTBEAT_NOW_MIN_INTERVAL_S = 1.0
+
+
+class ConsumerMember:
+    """The base of both consumers: group membership, reporting, broker offsets."""
+
+    # Java's consumeType(): PASSIVELY for push, ACTIVELY for lite pull.
+    consume_type: ClassVar[ConsumeType]
+    # The options a running-info report lists under their own names.
+    reported_options: ClassVar[tuple[str, ...]]
+    # The consumer kind's logger, also for its pulls' notices (operators filter by it).
+    log: ClassVar[logging.Logger]
+
+    rebalance: Rebalance
+    client: ClientInstance
+    offset_store: OffsetStore
+    allocation_strategy: AllocationStrategy
+
+    def __init__(self, group: str, options: ConsumerOptions) -> None:
+        self.group = group
+        self.options = options
+        self.message_model: MessageModel = options.message_model
+        self.state = ServiceState.CREATE_JUST
+        self.client_id = ""
+        self.start_timestamp = 0
+        self._namesrv: tuple[str, ...] = ()
+        self._background: set[asyncio.Future[Any]] = set()
+        self._heartbeat_requested_at = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def shutdown(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # -- joining a client instance ---------------------------------------------------------
+
+    def _join_client(self) -> None:
+        """Resolve the name servers, the allocation strategy and the shared client instance."""
+        opts = self.options
+        self._namesrv = resolve_namesrv(opts)
+        self.allocation_strategy = registries().allocation_strategies.create(
+            opts.allocate_message_queue_strategy, **dict(opts.allocate_options)
+        )
+        self.client = client_for(opts, self.message_model, self._namesrv)
+        self.client_id = self.client.client_id
+
+    def _group_taken(self) -> ClientError:
+        """The error of a start whose group this process already runs (state reset first)."""
+        self.state = ServiceState.CREATE_JUST
+        return ClientError(
+            f"The consumer group[{self.group}] has been created before, "
+            "specify another name please."
+        )
+
+    async def _announce(self) -> None:
+        """Running now: fetch the subscribed routes, tell the brokers, rebalance at once."""
+        self.state = ServiceState.RUNNING
+        self.start_timestamp = int(time.time() * 1000)
+        for topic in list(self.rebalance.subscription_inner):
+            await self.client.update_topic_route(topic)
+        await self.client.send_heartbeat_to_all_brokers()
+        self.client.rebalance_immediately()
+
+    async def _leave_client_quietly(self) -> None:
+        """Undo :meth:`_join_client`'s registration after a failed start."""
+        with contextlib.suppress(Exception):
+            if hasattr(self, "client") and self.client.consumers.get(self.group) is self:
+                await self.client.unregister_consumer(self.group)
+                await self.client.shutdown_if_unused()
+
+    # -- MemberInner (what the client instance calls) ------------------------------------------
+
+    def subscriptions(self) -> list[SubscriptionData]:
+        return list(self.rebalance.subscription_inner.values())
+
+    def _reported_consume_from_where(self) -> ConsumeFromWhere:
+        return self.options.consume_from_where
+
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(
+            group_name=self.group,
+            consume_type=self.consume_type,
+            message_model=self.message_model,
+            consume_from_where=self._reported_consume_from_where(),
+            subscriptions=self.subscriptions(),
+            unit_mode=self.options.unit_mode,
+        )
+
+    def update_topic_subscribe_info(self, topic: str, mqs: frozenset[MessageQueue]) -> None:
+        self.rebalance.update_topic_subscribe_info(topic, mqs)
+
+    def is_subscribe_topic_need_update(self, topic: str) -> bool:
+        return self.rebalance.is_subscribe_topic_need_update(topic)
+
+    async def do_rebalance(self) -> None:
+        raise NotImplementedError
+
+    async def reset_offset(self, topic: str, offsets: Mapping[MessageQueue, int]) -> None:
+        raise NotImplementedError
+
+    async def consume_message_directly(
+        self, msg: MessageExt, broker_name: str | None
+    ) -> ConsumeMessageDirectlyResult:
+        raise NotImplementedError
+
+    def _queues_to_persist(self) -> set[MessageQueue] | None:
+        """The queues whose offsets the periodic persist writes; None: not now."""
+        raise NotImplementedError
+
+    async def persist_consumer_offset(self) -> None:
+        owned = self._queues_to_persist()
+        if owned is None:
+            return
+        try:
+            await self.offset_store.persist_all(owned)
+        except Exception:
+            self.log.exception("group %s persistConsumerOffset exception", self.group)
+
+    def consumer_status(self, topic: str) -> dict[MessageQueue, int]:
+        return self.offset_store.clone_offset_table(topic)
+
+    def _running_properties(self) -> dict[str, str]:
+        """The properties of a running-info report besides :attr:`reported_options`."""
+        return {"PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp)}
+
+    def _held_queues(self) -> Iterable[tuple[MessageQueue, ProcessQueue]]:
+        raise NotImplementedError
+
+    def _status_table(self) -> dict[str, dict[str, float]] | None:
+        """Consume statistics per topic, for consumers that keep them."""
+        return None
+
+    def running_info(self) -> dict[str, Any]:
+        props = {name: str(getattr(self.options, name)) for name in self.reported_options}
+        props.update(self._running_properties())
+        mq_table = {}
+        for mq, pq in self._held_queues():
+            info = pq.info()
+            info["commitOffset"] = self.offset_store.clone_offset_table(mq.topic).get(mq, -1)
+            mq_table[f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"] = info
+        info_all: dict[str, Any] = {
+            "properties": props,
+            "subscriptionSet": [
+                {
+                    "topic": s.topic,
+                    "subString": s.sub_string,
+                    "tagsSet": sorted(s.tags_set),
+                    "codeSet": sorted(s.code_set),
+                    "subVersion": s.sub_version,
+                    "expressionType": s.expression_type.value,
+                }
+                for s in self.subscriptions()
+            ],
+            "mqTable": mq_table,
+        }
+        status = self._status_table()
+        if status is not None:
+            info_all["statusTable"] = status
+        return info_all
+
+    # -- the brokers' view of a queue ----------------------------------------------------------
+
+    def _admin_timeout_ms(self) -> int:
+        return self.options.mq_client_api_timeout
+
+    async def min_offset(self, queue: MessageQueue) -> int:
+        addr = await self.client.find_broker_addr_for_admin(queue.broker_name, queue.topic)
+        return await self.client.transport.get_min_offset(addr, queue, self._admin_timeout_ms())
+
+    async def max_offset(self, queue: MessageQueue) -> int:
+        addr = await self.client.find_broker_addr_for_admin(queue.broker_name, queue.topic)
+        return await self.client.transport.get_max_offset(addr, queue, self._admin_timeout_ms())
+
+    async def search_offset(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        addr = await self.client.find_broker_addr_for_admin(queue.broker_name, queue.topic)
+        return await self.client.transport.search_offset(
+            addr, queue, timestamp_ms, self._admin_timeout_ms()
+        )
+
+    # -- background work -----------------------------------------------------------------------
+
+    def _spawn(self, aw: Awaitable[Any]) -> None:
+        self._track(asyncio.ensure_future(aw))
+
+    def _track(self, fut: asyncio.Future[Any]) -> None:
+        self._background.add(fut)
+        fut.add_done_callback(self._background.discard)
+
+    def heartbeat_now(self) -> None:
+        """Register with the brokers again now, at most once a second.
+
+        A broker forgets a client when its connection closes or the broker restarts,
+        and then refuses every pull until the client's next heartbeat, up to
+        ``heartbeat_broker_interval`` (30 s) away. Java 4.9.8 waits for it; rmqk
+        sends one at once (docs/reliability.md has the measurements).
+        """
+        now = time.monotonic()
+        if now - self._heartbeat_requested_at < _HEARTBEAT_NOW_MIN_INTERVAL_S:
+            return
+        self._heartbeat_requested_at = now
+        self._spawn(self.client.send_heartbeat_to_all_brokers())

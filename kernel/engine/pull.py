@@ -1,0 +1,280 @@
+"""The pull path both consumers share (Java's PullAPIWrapper, rocketmq-client-go's pull).
+
+One place holds what a pull is, whichever consumer sends it: the per-queue flow
+control checks, the broker choice (with a route refresh when the broker is not
+known yet, and the broker's own suggestion of master or slave for the next pull),
+the request header, the mapping of failures to a delay, and the processing of a
+FOUND response: the exact-tag re-filter, the ``rmqk_filter_message`` hooks and
+the queue's offset bounds stamped on each message.
+
+What each consumer does with the processed messages (a process queue and a
+consume service, or a poll buffer) stays with the consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from rmqk.contexts import FilterMessageContext
+from rmqk.engine.client import ClientInstance, FindBrokerResult
+from rmqk.engine.process_queue import ProcessQueue
+from rmqk.errors import BrokerError, RmqkError
+from rmqk.message import MessageExt
+from rmqk.model import (
+    MASTER_ID,
+    RETRY_GROUP_TOPIC_PREFIX,
+    ExpressionType,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    SubscriptionData,
+)
+from rmqk.pluginmanager import call_event_hook, get_plugin_manager
+from rmqk.protocol import PullSysFlag, ResponseCode
+from rmqk.transport import PullMessageRequest
+
+__all__ = [
+    "PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL",
+    "PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL",
+    "FlowControl",
+    "PullAPI",
+    "filter_pulled",
+    "stamp_queue_offsets",
+]
+
+# PULL_TIME_DELAY_MILLS_WHEN_(CACHE_)FLOW_CONTROL: a queue over its thresholds waits this long.
+PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
+# The broker answered FLOW_CONTROL: it is busy, ask again soon.
+PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL = 20
+_MIB = 1024 * 1024
+# Java logs a flow-control notice on the 1st, 1001st, ... time a queue is held back.
+_NOTICE_EVERY = 1000
+
+
+class FlowControl:
+    """The thresholds a queue must be under before it is pulled again.
+
+    The checks and their order are DefaultMQPushConsumerImpl.pullMessage's (and
+    DefaultLitePullConsumerImpl's): messages cached across all queues (lite pull
+    only), messages cached for the queue, their size in whole MiB (Java's long
+    division), and the span of queue offsets cached (not for orderly consumption).
+    The push consumer changes ``count`` and ``size_mib`` when topic-wide
+    thresholds are divided across the queues it holds.
+    """
+
+    __slots__ = ("all_messages", "batch_size", "count", "log", "size_mib", "span")
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        *,
+        count: int,
+        size_mib: int,
+        span: int | None,
+        all_messages: int | None = None,
+        batch_size: int = 0,
+    ) -> None:
+        # The owner's logger, so that operators filter these notices by consumer kind.
+        self.log = log
+        self.count = count
+        self.size_mib = size_mib
+        self.span = span
+        self.all_messages = all_messages
+        self.batch_size = batch_size
+
+    def blocks(self, pq: ProcessQueue, mq: MessageQueue, buffered_batches: int = 0) -> bool:
+        """True when ``mq`` must wait :data:`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL`."""
+        if self.all_messages is not None and (
+            buffered_batches * self.batch_size > self.all_messages
+        ):
+            return True
+        if pq.msg_count > self.count:
+            pq.flow_control_times += 1
+            if pq.flow_control_times % _NOTICE_EVERY == 1:
+                self.log.warning(
+                    "the cached message count exceeds the threshold %d, so do flow control, "
+                    "%s, count=%d",
+                    self.count,
+                    mq,
+                    pq.msg_count,
+                )
+            return True
+        if pq.msg_size // _MIB > self.size_mib:
+            pq.flow_control_times += 1
+            return True
+        if self.span is not None and pq.max_span() > self.span:
+            pq.span_control_times += 1
+            if pq.span_control_times % _NOTICE_EVERY == 1:
+                self.log.warning(
+                    "the queue's messages span too long, so do flow control, %s, span=%d",
+                    mq,
+                    pq.max_span(),
+                )
+            return True
+        return False
+
+
+class PullAPI:
+    """Sends a consumer's pulls and processes their responses (Java's PullAPIWrapper).
+
+    ``lite`` marks the lite pull consumer's requests (the LITE_PULL_MESSAGE flag,
+    and sub version 0 for TAG subscriptions, as DefaultLitePullConsumerImpl
+    sends them). ``on_subscription_missing`` runs when a broker answers that it
+    does not know the subscription, i.e. has forgotten this client.
+    """
+
+    __slots__ = (
+        "batch_size",
+        "client",
+        "exception_delay_ms",
+        "group",
+        "lite",
+        "log",
+        "on_subscription_missing",
+        "pull_from_which_node",
+        "suspend_ms",
+        "timeout_ms",
+        "unit_mode",
+    )
+
+    def __init__(
+        self,
+        client: ClientInstance,
+        group: str,
+        log: logging.Logger,
+        *,
+        batch_size: int,
+        suspend_ms: int,
+        timeout_ms: int,
+        exception_delay_ms: int,
+        unit_mode: bool,
+        lite: bool,
+        on_subscription_missing: Callable[[], None],
+    ) -> None:
+        self.client = client
+        self.group = group
+        self.log = log
+        self.batch_size = batch_size
+        self.suspend_ms = suspend_ms
+        self.timeout_ms = timeout_ms
+        self.exception_delay_ms = exception_delay_ms
+        self.unit_mode = unit_mode
+        self.lite = lite
+        self.on_subscription_missing = on_subscription_missing
+        # The broker id each queue's broker suggested for its next pull.
+        self.pull_from_which_node: dict[MessageQueue, int] = {}
+
+    async def find_broker(self, mq: MessageQueue) -> FindBrokerResult | None:
+        """The address to pull ``mq`` from, refreshing the topic's route once if unknown."""
+        node = self.pull_from_which_node.get(mq, MASTER_ID)
+        found = self.client.find_broker_address_in_subscribe(mq.broker_name, node, False)
+        if found is None:
+            await self.client.update_topic_route(mq.topic)
+            node = self.pull_from_which_node.get(mq, MASTER_ID)
+            found = self.client.find_broker_address_in_subscribe(mq.broker_name, node, False)
+        return found
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        sub: SubscriptionData,
+        offset: int,
+        *,
+        commit_offset: int = 0,
+        post_subscription: bool = True,
+    ) -> PullResult | int:
+        """Pull ``mq`` from ``offset``: the broker's result, or the delay in ms before retrying."""
+        found = await self.find_broker(mq)
+        if found is None:
+            self.log.warning("The broker[%s] not exist", mq.broker_name)
+            return self.exception_delay_ms
+        sys_flag = PullSysFlag.SUSPEND
+        # A slave must never commit offsets.
+        if commit_offset > 0 and not found.slave:
+            sys_flag |= PullSysFlag.COMMIT_OFFSET
+        if post_subscription:
+            sys_flag |= PullSysFlag.SUBSCRIPTION
+        sub_version = sub.sub_version
+        if self.lite:
+            sys_flag |= PullSysFlag.LITE_PULL_MESSAGE
+            if sub.expression_type is ExpressionType.TAG:
+                sub_version = 0
+        header = PullMessageRequest(
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=self.batch_size,
+            sys_flag=int(sys_flag),
+            commit_offset=max(commit_offset, 0),
+            suspend_timeout_millis=self.suspend_ms,
+            subscription=sub.sub_string if post_subscription else None,
+            sub_version=sub_version,
+            expression_type=sub.expression_type.value,
+            broker_name=mq.broker_name,
+        )
+        try:
+            return await self.client.transport.pull_message(
+                found.broker_addr, header, self.timeout_ms
+            )
+        except RmqkError as exc:
+            return self._delay_after(mq, exc)
+
+    def _delay_after(self, mq: MessageQueue, exc: RmqkError) -> int:
+        if not mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            self.log.warning("execute the pull request exception for %s: %s", mq, exc)
+        if isinstance(exc, BrokerError):
+            if exc.code == ResponseCode.FLOW_CONTROL:
+                return PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL
+            if exc.code == ResponseCode.SUBSCRIPTION_NOT_EXIST:
+                self.on_subscription_missing()
+        return self.exception_delay_ms
+
+    async def process(
+        self, mq: MessageQueue, sub: SubscriptionData, result: PullResult
+    ) -> list[MessageExt]:
+        """Remember the suggested broker; for FOUND, the messages that pass every filter.
+
+        Each message returned carries the queue's min and max offset of this pull.
+        """
+        self.pull_from_which_node[mq] = result.suggest_which_broker_id
+        if result.status is not PullStatus.FOUND or not result.messages:
+            return []
+        msgs = await filter_pulled(self.group, mq, sub, list(result.messages), self.unit_mode)
+        if msgs:
+            stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
+        return msgs
+
+
+async def filter_pulled(
+    group: str, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt], unit_mode: bool
+) -> list[MessageExt]:
+    """The messages of one FOUND response the subscription really wants.
+
+    The broker filters tags by their hash codes only, so two tags with the same
+    Java ``hashCode`` both pass it: keep only messages whose tag is one of the
+    subscription's (PullAPIWrapper.processPullResult). This step always runs.
+    Then the ``rmqk_filter_message`` hooks, only when some plugin implements one.
+    """
+    if sub.expression_type is ExpressionType.TAG and sub.tags_set and not sub.class_filter_mode:
+        tags = sub.tags_set
+        msgs = [m for m in msgs if m.tags in tags]
+    if not get_plugin_manager().hook.rmqk_filter_message.get_hookimpls():
+        return msgs
+    ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
+    await call_event_hook("rmqk_filter_message", context=ctx)
+    return ctx.messages
+
+
+def stamp_queue_offsets(msgs: list[MessageExt], min_offset: int, max_offset: int) -> None:
+    """Record the queue's min and max offset in each message (PullAPIWrapper's MIN/MAX_OFFSET).
+
+    One tuple shared by the pull's messages; the properties get them when parsed.
+    """
+    bounds = (min_offset, max_offset)
+    for m in msgs:
+        if m._props is None:
+            m._queue_bounds = bounds
+        else:
+            m.set_queue_bounds(bounds)
