@@ -13,7 +13,9 @@ __all__ = [
     "RemotingError",
     "RemotingSendError",
     "RemotingTimeoutError",
+    "RemotingTooMuchRequestError",
     "RmqkError",
+    "SendFailedError",
 ]
 
 
@@ -62,6 +64,28 @@ class ClientError(RmqkError):
     """Misuse of the client API or a failed client operation (Java's MQClientException)."""
 
 
+class SendFailedError(ClientError):
+    """Every attempt of a send failed (Java's MQClientException "Send [n] times, still failed").
+
+    ``response_code`` is the last broker's code, or Java's ClientErrorCode when no
+    broker answered (10001 connect, 10002 timeout, 10003 broker not found; -1 other);
+    the last failure is the ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        response_code: int,
+        attempts: int,
+        brokers_sent: tuple[str, ...],
+    ) -> None:
+        self.response_code = response_code
+        self.attempts = attempts
+        self.brokers_sent = brokers_sent
+        super().__init__(message)
+
+
 class BrokerError(RmqkError):
     """A broker or name server answered with an error code (Java's MQBrokerException)."""
 
@@ -83,6 +107,10 @@ class RemotingConnectError(RemotingError):
 
 class RemotingTimeoutError(RemotingError):
     """No response arrived within the request's timeout."""
+
+
+class RemotingTooMuchRequestError(RemotingError):
+    """A call's time budget was spent before it could be made (RemotingTooMuchRequestException)."""
 
 
 class RemotingSendError(RemotingError):

@@ -12,6 +12,13 @@ Put it between clients and a server, then change the network under them::
         proxy.heal()                   # ... until healed; also clears latency and bandwidth
         proxy.refuse = True            # new connections are reset as they arrive
 
+With ``frames=True`` the proxy reads RocketMQ remoting frames instead of raw
+chunks, so it can count and answer requests::
+
+    proxy.request_count(RequestCode.SEND_MESSAGE_V2)   # requests seen going upstream
+    proxy.answer(RequestCode.SEND_MESSAGE_V2, 13, "why")  # the proxy replies; never forwarded
+    proxy.forward(RequestCode.SEND_MESSAGE_V2)         # forward that code again
+
 Faults act on live connections at once, not only on new ones. "Half-open" is the
 view of a client whose peer vanished without a FIN (a crashed host, a cut cable):
 its socket stays open, writes vanish and nothing ever arrives, while the server
@@ -33,7 +40,11 @@ import ipaddress
 import socket
 import struct
 import time
+from collections import Counter
 from types import TracebackType
+
+from rmqk.plugins.remoting.frame import decode_frame_typed, encode_frame
+from rmqk.protocol import RemotingCommand
 
 __all__ = ["FaultProxy", "ProxyStats", "split_addr"]
 
@@ -110,6 +121,8 @@ class _Pair:
         self.half_open = False
         self.closed = False
         self.tasks: list[asyncio.Task[None]] = []
+        # Per direction (upstream?), so the upstream reader can queue an answer downstream.
+        self.queues: dict[bool, asyncio.Queue[tuple[float, bytes] | None]] = {}
 
     async def run(self) -> None:
         proxy = self.proxy
@@ -124,6 +137,10 @@ class _Pair:
         except (OSError, TimeoutError):
             self.abort()
             return
+        self.queues = {
+            True: asyncio.Queue(proxy.queue_chunks),
+            False: asyncio.Queue(proxy.queue_chunks),
+        }
         up = asyncio.get_running_loop().create_task(
             self._pump(self.client_reader, self.server_writer, upstream=True)
         )
@@ -161,18 +178,34 @@ class _Pair:
     ) -> None:
         """Copy one direction through a bounded queue so latency keeps the byte order."""
         proxy = self.proxy
-        queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(proxy.queue_chunks)
+        queue = self.queues[upstream]
+
+        async def read() -> bytes:
+            if not proxy.frames:
+                return await reader.read(proxy.chunk)
+            try:
+                head = await reader.readexactly(4)
+                return head + await reader.readexactly(int.from_bytes(head, "big"))
+            except asyncio.IncompleteReadError:
+                return b""
 
         async def feed() -> None:
             try:
                 while True:
-                    data = await reader.read(proxy.chunk)
+                    data = await read()
                     if not data:
                         break
                     if self._dropping():
                         proxy.stats.dropped_bytes += len(data)
                         continue
-                    await queue.put((time.monotonic() + proxy.latency, data))
+                    due = time.monotonic() + proxy.latency
+                    if upstream and proxy.frames:
+                        answer = proxy._inspect_request(data)
+                        if answer is not None:
+                            if answer:
+                                await self.queues[False].put((due, answer))
+                            continue
+                    await queue.put((due, data))
             except (ConnectionError, OSError):
                 pass
             finally:
@@ -261,6 +294,7 @@ class FaultProxy:
         queue_chunks: int = 64,
         max_connections: int = 256,
         connect_timeout: float = 5.0,
+        frames: bool = False,
     ) -> None:
         _require_loopback(host, "the listening host")
         self.host = host
@@ -275,6 +309,9 @@ class FaultProxy:
         self.bandwidth: int | None = None
         self.blackholed = False
         self.refuse = False
+        self.frames = frames
+        self.requests: Counter[int] = Counter()
+        self._answers: dict[int, tuple[int, str | None]] = {}
         self.stats = ProxyStats()
         self._pairs: set[_Pair] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -381,3 +418,33 @@ class FaultProxy:
         self.refuse = False
         self.latency = 0.0
         self.bandwidth = None
+
+    # -- frames (``frames=True``)
+
+    def request_count(self, code: int) -> int:
+        """How many requests with ``code`` came from clients (answered ones included)."""
+        return self.requests[int(code)]
+
+    def answer(self, code: int, response_code: int, remark: str | None = None) -> None:
+        """Answer every request with ``code`` here, with ``response_code`` and ``remark``."""
+        if not self.frames:
+            raise RuntimeError("answer() needs a proxy made with frames=True")
+        self._answers[int(code)] = (int(response_code), remark)
+
+    def forward(self, code: int) -> None:
+        """Forward requests with ``code`` to the server again."""
+        self._answers.pop(int(code), None)
+
+    def _inspect_request(self, frame: bytes) -> bytes | None:
+        """Count a client's request; the bytes of the proxy's answer, b"" to drop, None to pass."""
+        command, serialize_type = decode_frame_typed(memoryview(frame)[4:])
+        if command.is_response:
+            return None
+        self.requests[command.code] += 1
+        rule = self._answers.get(command.code)
+        if rule is None:
+            return None
+        if command.is_oneway:
+            return b""
+        response = RemotingCommand.response_to(command, rule[0], rule[1])
+        return encode_frame(response, serialize_type)

@@ -1,8 +1,21 @@
 """The producer (Java's DefaultMQProducer): used by tools, tests and the retry fallback.
 
 Sends go to the topic's writable queues round robin, or to a queue chosen from a
-key's hash for ordered streams. A failed synchronous send is retried (2 more
-attempts by default) on another broker when there is one.
+key's hash for ordered streams. Failures are handled as Apache RocketMQ 4.9.8's
+``DefaultMQProducerImpl.sendDefaultImpl`` handles them:
+
+* ``send`` (Java's synchronous mode) makes up to ``1 + retry_times_when_send_failed``
+  attempts within one ``send_msg_timeout`` budget. A connection failure, a timeout,
+  an unknown broker, or a broker answer in ``retry_response_codes`` is retried on a
+  queue of another broker; any other broker answer raises :class:`BrokerError` at
+  once; when the attempts are spent, :class:`SendFailedError`; when the budget is
+  spent, :class:`RemotingTooMuchRequestError`.
+* ``send_async`` (Java's asynchronous mode) makes one attempt plus up to
+  ``retry_times_when_send_async_failed`` retries, and only when no answer came; a
+  broker's error answer is never retried.
+* ``send_oneway`` makes one attempt; a send to a given queue or through a selector
+  is not retried in the synchronous mode.
+* Queue choice and broker avoidance: :mod:`rmqk.engine.fault_strategy`.
 """
 
 from __future__ import annotations
@@ -11,17 +24,37 @@ import logging
 import os
 import re
 import time
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
-from rmqk.errors import ClientError, RmqkError
-from rmqk.message import Message, MessageProperty, format_properties
+from rmqk.engine.fault_strategy import (
+    DEFAULT_LATENCY_MAX,
+    DEFAULT_NOT_AVAILABLE_DURATION,
+    MQFaultStrategy,
+    TopicPublishInfo,
+)
+from rmqk.engine.producer_options import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
+from rmqk.engine.send_request import (
+    CommunicationMode,
+    Payload,
+    build_header,
+    build_payload,
+    now_ms,
+    send_failed,
+)
+from rmqk.errors import (
+    BrokerError,
+    ClientError,
+    RemotingError,
+    RemotingTooMuchRequestError,
+)
+from rmqk.message import Message, MessageProperty
 from rmqk.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     MessageQueue,
     SendResult,
+    SendStatus,
     ServiceState,
     TopicRouteData,
     java_string_hash,
@@ -29,7 +62,13 @@ from rmqk.model import (
 from rmqk.transport import SendMessageRequest
 from rmqk.uniq_id import create_uniq_id
 
-__all__ = ["AsyncProducer", "QueueSelector", "select_by_hash", "validate_message"]
+__all__ = [
+    "AsyncProducer",
+    "CommunicationMode",
+    "QueueSelector",
+    "select_by_hash",
+    "validate_message",
+]
 
 log = logging.getLogger("rmqk.engine.producer")
 
@@ -38,7 +77,6 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 COMPRESS_OVER = 4096
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-SYSFLAG_COMPRESSED = 0x1
 
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 
@@ -71,25 +109,6 @@ def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
         raise ClientError(f"the message body size over max value, MAX: {max_size}")
 
 
-class _PublishInfo:
-    __slots__ = ("counter", "queues", "route")
-
-    def __init__(self, queues: tuple[MessageQueue, ...], route: TopicRouteData | None) -> None:
-        self.queues = queues
-        self.counter = 0
-        self.route = route
-
-    def select(self, last_broker: str | None) -> MessageQueue:
-        self.counter += 1
-        n = len(self.queues)
-        if last_broker is not None:
-            for i in range(n):
-                mq = self.queues[(self.counter + i) % n]
-                if mq.broker_name != last_broker:
-                    return mq
-        return self.queues[self.counter % n]
-
-
 class AsyncProducer:
     def __init__(
         self,
@@ -99,6 +118,12 @@ class AsyncProducer:
         instance_name: str = "DEFAULT",
         send_msg_timeout: int = 3000,
         retry_times_when_send_failed: int = 2,
+        retry_times_when_send_async_failed: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        send_latency_fault_enable: bool = False,
+        latency_max: Sequence[int] = DEFAULT_LATENCY_MAX,
+        not_available_duration: Sequence[int] = DEFAULT_NOT_AVAILABLE_DURATION,
+        retry_response_codes: Collection[int] = DEFAULT_RETRY_RESPONSE_CODES,
         compress_msg_body_over_howmuch: int = COMPRESS_OVER,
         max_message_size: int = MAX_MESSAGE_SIZE,
         default_topic_queue_nums: int = 4,
@@ -123,18 +148,34 @@ class AsyncProducer:
         self.namesrv_addrs = addrs or tuple(
             a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
         )
+        self.options = ProducerOptions.build(
+            send_msg_timeout=send_msg_timeout,
+            retry_times_when_send_failed=retry_times_when_send_failed,
+            retry_times_when_send_async_failed=retry_times_when_send_async_failed,
+            retry_another_broker_when_not_store_ok=retry_another_broker_when_not_store_ok,
+            send_latency_fault_enable=send_latency_fault_enable,
+            latency_max=latency_max,
+            not_available_duration=not_available_duration,
+            retry_response_codes=retry_response_codes,
+            compress_msg_body_over_howmuch=compress_msg_body_over_howmuch,
+            max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums,
+        )
         self.instance_name = instance_name
-        self.send_msg_timeout = send_msg_timeout
-        self.retry_times_when_send_failed = retry_times_when_send_failed
-        self.compress_over = compress_msg_body_over_howmuch
-        self.max_message_size = max_message_size
-        self.default_topic_queue_nums = default_topic_queue_nums
+        self.send_msg_timeout = self.options.send_msg_timeout
+        self.max_message_size = self.options.max_message_size
+        self.default_topic_queue_nums = self.options.default_topic_queue_nums
+        self.fault_strategy = MQFaultStrategy(
+            enabled=self.options.send_latency_fault_enable,
+            latency_max=self.options.latency_max,
+            not_available_duration=self.options.not_available_duration,
+        )
         self.transport_name = transport
         self.transport_options = dict(transport_options or {})
         self.unit_name = unit_name
         self.state = ServiceState.CREATE_JUST
         self.client: ClientInstance
-        self._publish: dict[str, _PublishInfo] = {}
+        self._publish: dict[str, TopicPublishInfo] = {}
         self._owns_client = True
 
     async def start(self, client: ClientInstance | None = None) -> None:
@@ -198,11 +239,11 @@ class AsyncProducer:
         if queues:
             info = self._publish.get(topic)
             if info is None:
-                self._publish[topic] = _PublishInfo(queues, route)
+                self._publish[topic] = TopicPublishInfo(queues)
             else:
-                info.queues, info.route = queues, route
+                info.queues, info.route_known = queues, True
 
-    async def _publish_info(self, topic: str) -> _PublishInfo:
+    async def _publish_info(self, topic: str) -> TopicPublishInfo:
         info = self._publish.get(topic)
         if info is not None and info.queues:
             return info
@@ -222,7 +263,7 @@ class AsyncProducer:
                 for i in range(min(self.default_topic_queue_nums, q.read_queue_nums))
             )
             if queues:
-                info = _PublishInfo(queues, None)
+                info = TopicPublishInfo(queues, route_known=False)
                 self._publish[topic] = info
                 return info
         raise ClientError(f"No route info of this topic: {topic}")
@@ -246,41 +287,66 @@ class AsyncProducer:
         arg: Any = None,
         timeout_ms: int | None = None,
     ) -> SendResult:
-        """Send and wait for the broker's answer; retried on another broker when one fails."""
+        """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
         self._check_running()
         validate_message(msg, self.max_message_size)
         timeout = timeout_ms or self.send_msg_timeout
-        info = await self._publish_info(msg.topic)
+        payload = self._payload(msg)
         if queue is not None or selector is not None:
+            begin = now_ms()
+            info = await self._publish_info(msg.topic)
             mq = queue if queue is not None else selector(info.queues, msg, arg)  # type: ignore[misc]
-            result = await self._send_to(mq, msg, timeout, oneway=False)
+            remaining = timeout - (now_ms() - begin)
+            if remaining < 0:
+                raise RemotingTooMuchRequestError("call timeout")
+            result = await self._send_kernel(mq, payload, CommunicationMode.SYNC, remaining)
             assert result is not None
             return result
-        deadline = time.monotonic() + timeout / 1000
-        last_broker: str | None = None
-        last_error: Exception | None = None
-        for _attempt in range(1 + self.retry_times_when_send_failed):
-            mq = info.select(last_broker)
-            remaining = int((deadline - time.monotonic()) * 1000)
-            if remaining <= 0:
-                break
-            try:
-                result = await self._send_to(mq, msg, remaining, oneway=False)
-                assert result is not None
-                return result
-            except RmqkError as exc:
-                last_error = exc
-                last_broker = mq.broker_name
-                log.warning("send to %s failed (%s); retrying", mq, exc)
-        raise ClientError(
-            f"send of a message to topic {msg.topic} failed: {last_error}"
-        ) from last_error
+        result = await self._send_default(payload, CommunicationMode.SYNC, timeout)
+        assert result is not None
+        return result
 
-    async def send_oneway(self, msg: Message) -> None:
+    async def send_async(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        """Send with Java's asynchronous mode's rules (``send(msg, SendCallback)``).
+
+        Await it, or wrap it in a task for a send that completes in the background.
+        """
+        begin = now_ms()
+        timeout = timeout_ms or self.send_msg_timeout
         self._check_running()
         validate_message(msg, self.max_message_size)
+        payload = self._payload(msg)
         info = await self._publish_info(msg.topic)
-        await self._send_to(info.select(None), msg, self.send_msg_timeout, oneway=True)
+        if queue is None and selector is None:
+            cost = now_ms() - begin
+            if timeout <= cost:
+                raise RemotingTooMuchRequestError("DEFAULT ASYNC send call timeout")
+            result = await self._send_default(payload, CommunicationMode.ASYNC, timeout - cost)
+            assert result is not None
+            return result
+        mq = queue if queue is not None else selector(info.queues, msg, arg)  # type: ignore[misc]
+        # A send to a chosen queue retries on that queue's broker (no publish info).
+        addr, header = await self._prepare(mq, payload)
+        remaining = timeout - (now_ms() - begin)
+        if remaining < 0:
+            raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
+        return await self._exchange_async(mq.broker_name, addr, header, payload, remaining, None)
+
+    async def send_oneway(self, msg: Message) -> None:
+        """One attempt, no answer awaited (Java's oneway mode)."""
+        self._check_running()
+        validate_message(msg, self.max_message_size)
+        await self._send_default(
+            self._payload(msg), CommunicationMode.ONEWAY, self.send_msg_timeout
+        )
 
     async def send_orderly(
         self, msg: Message, key: str, timeout_ms: int | None = None
@@ -295,7 +361,10 @@ class AsyncProducer:
         queue: MessageQueue | None = None,
         timeout_ms: int | None = None,
     ) -> SendResult:
-        """Send several messages of one topic in one request (SEND_BATCH_MESSAGE)."""
+        """Send several messages of one topic in one request (SEND_BATCH_MESSAGE).
+
+        Retried as ``send`` is, unless ``queue`` is given.
+        """
         self._check_running()
         if not msgs:
             raise ClientError("the batch is empty")
@@ -314,25 +383,128 @@ class AsyncProducer:
             raise ClientError(
                 f"the batch body size {len(body)} is over max value {self.max_message_size}"
             )
-        info = await self._publish_info(topic)
-        mq = queue or info.select(None)
-        addr = await self._broker_addr(mq)
-        header = SendMessageRequest(
-            producer_group=self.group,
-            topic=topic,
-            queue_id=mq.queue_id,
-            sys_flag=0,
-            born_timestamp=int(time.time() * 1000),
-            flag=0,
-            properties="",
-            batch=True,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-        )
-        result = await self.client.transport.send_message(
-            addr, mq.broker_name, header, body, timeout_ms or self.send_msg_timeout
-        )
+        payload = Payload(topic=topic, body=body, properties="", batch=True)
+        timeout = timeout_ms or self.send_msg_timeout
+        if queue is not None:
+            result = await self._send_kernel(queue, payload, CommunicationMode.SYNC, timeout)
+        else:
+            result = await self._send_default(payload, CommunicationMode.SYNC, timeout)
         assert result is not None
         return result
+
+    # -- sendDefaultImpl ------------------------------------------------------------
+
+    async def _send_default(
+        self, payload: Payload, mode: CommunicationMode, timeout: float
+    ) -> SendResult | None:
+        begin_first = now_ms()
+        info = await self._publish_info(payload.topic)
+        options = self.options
+        fault = self.fault_strategy
+        times_total = (
+            1 + options.retry_times_when_send_failed if mode is CommunicationMode.SYNC else 1
+        )
+        mq: MessageQueue | None = None
+        error: Exception | None = None
+        result: SendResult | None = None
+        brokers_sent: list[str] = []
+        times = 0
+        call_timeout = False
+        while times < times_total:
+            mq = fault.select_one_message_queue(info, mq.broker_name if mq else None)
+            brokers_sent.append(mq.broker_name)
+            times += 1
+            begin_prev = now_ms()
+            cost = begin_prev - begin_first
+            if timeout < cost:
+                call_timeout = True
+                break
+            try:
+                if mode is CommunicationMode.ASYNC:
+                    addr, header = await self._prepare(mq, payload)
+                    remaining = timeout - (now_ms() - begin_first)
+                    if remaining < 0:
+                        raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
+                else:
+                    result = await self._send_kernel(mq, payload, mode, timeout - cost)
+            except (RemotingError, ClientError) as exc:
+                fault.update_fault_item(mq.broker_name, now_ms() - begin_prev, True)
+                log.warning("send to %s failed, resend at once: %s", mq, exc)
+                error = exc
+                continue
+            except BrokerError as exc:
+                fault.update_fault_item(mq.broker_name, now_ms() - begin_prev, True)
+                error = exc
+                if exc.code in options.retry_response_codes:
+                    log.warning("send to %s failed, resend at once: %s", mq, exc)
+                    continue
+                if result is not None:
+                    return result
+                raise
+            fault.update_fault_item(mq.broker_name, now_ms() - begin_prev, False)
+            if mode is CommunicationMode.ASYNC:
+                return await self._exchange_async(
+                    mq.broker_name, addr, header, payload, remaining, info
+                )
+            if mode is CommunicationMode.ONEWAY:
+                return None
+            assert result is not None
+            if result.status is not SendStatus.SEND_OK and (
+                options.retry_another_broker_when_not_store_ok
+            ):
+                continue
+            return result
+        if result is not None:
+            return result
+        if call_timeout:
+            raise RemotingTooMuchRequestError("sendDefaultImpl call timeout") from error
+        raise send_failed(payload.topic, times, now_ms() - begin_first, brokers_sent, error)
+
+    async def _exchange_async(
+        self,
+        broker_name: str,
+        addr: str,
+        header: SendMessageRequest,
+        payload: Payload,
+        timeout: float,
+        info: TopicPublishInfo | None,
+    ) -> SendResult:
+        """sendMessageAsync: retried, on another broker when it can be, only if no answer came."""
+        fault = self.fault_strategy
+        retries = 0
+        while True:
+            begin = now_ms()
+            try:
+                if timeout < 0:
+                    raise RemotingTooMuchRequestError("invokeAsyncImpl call timeout")
+                result = await self.client.transport.send_message(
+                    addr, broker_name, header, payload.body, int(timeout)
+                )
+            except BrokerError:
+                fault.update_fault_item(broker_name, now_ms() - begin, True)
+                raise
+            except (RemotingError, ClientError) as exc:
+                cost = now_ms() - begin
+                fault.update_fault_item(broker_name, cost, True)
+                retries += 1
+                if retries > self.options.retry_times_when_send_async_failed:
+                    raise
+                if info is not None:
+                    broker_name = fault.select_one_message_queue(info, broker_name).broker_name
+                found = self.client.find_broker_address_in_publish(broker_name)
+                if found is None:
+                    raise ClientError(f"The broker[{broker_name}] not exist") from exc
+                log.warning("async send retry %d to %s (%s): %s", retries, broker_name, found, exc)
+                addr, timeout = found, timeout - cost
+                continue
+            assert result is not None
+            fault.update_fault_item(broker_name, now_ms() - begin, False)
+            return result
+
+    # -- sendKernelImpl -------------------------------------------------------------
+
+    def _payload(self, msg: Message) -> Payload:
+        return build_payload(msg, self.options.compress_msg_body_over_howmuch)
 
     async def _broker_addr(self, mq: MessageQueue) -> str:
         addr = self.client.find_broker_address_in_publish(mq.broker_name)
@@ -343,36 +515,23 @@ class AsyncProducer:
             raise ClientError(f"The broker[{mq.broker_name}] not exist")
         return addr
 
-    async def _send_to(
-        self, mq: MessageQueue, msg: Message, timeout_ms: int, oneway: bool
-    ) -> SendResult | None:
+    async def _prepare(self, mq: MessageQueue, payload: Payload) -> tuple[str, SendMessageRequest]:
         addr = await self._broker_addr(mq)
-        props = dict(msg.properties)
-        props.setdefault(MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_id())
-        body = msg.body
-        sys_flag = 0
-        if len(body) > self.compress_over:
-            compressed = zlib.compress(body, 5)
-            if len(compressed) < len(body):
-                body = compressed
-                sys_flag |= SYSFLAG_COMPRESSED
-        reconsume = None
-        max_reconsume = None
-        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            reconsume = props.get(MessageProperty.RECONSUME_TIME)
-            max_reconsume = props.get(MessageProperty.MAX_RECONSUME_TIMES)
-        header = SendMessageRequest(
-            producer_group=self.group,
-            topic=msg.topic,
-            queue_id=mq.queue_id,
-            sys_flag=sys_flag,
-            born_timestamp=int(time.time() * 1000),
-            flag=msg.flag,
-            properties=format_properties(props),
-            reconsume_times=int(reconsume) if reconsume else 0,
-            max_reconsume_times=int(max_reconsume) if max_reconsume else None,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-        )
+        return addr, build_header(self.group, mq, payload, self.default_topic_queue_nums)
+
+    async def _send_kernel(
+        self, mq: MessageQueue, payload: Payload, mode: CommunicationMode, timeout: float
+    ) -> SendResult | None:
+        begin = now_ms()
+        addr, header = await self._prepare(mq, payload)
+        remaining = timeout - (now_ms() - begin)
+        if remaining < 0:
+            raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
         return await self.client.transport.send_message(
-            addr, mq.broker_name, header, body, timeout_ms, oneway=oneway
+            addr,
+            mq.broker_name,
+            header,
+            payload.body,
+            int(remaining),
+            oneway=mode is CommunicationMode.ONEWAY,
         )

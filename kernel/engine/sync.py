@@ -267,6 +267,14 @@ class Producer:
             self._inner.send(msg, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms)
         )
 
+    def send_async(
+        self, msg: Message, *, timeout_ms: int | None = None
+    ) -> concurrent.futures.Future[SendResult]:
+        """Java's asynchronous mode: returns at once; the future holds the result or error."""
+        return asyncio.run_coroutine_threadsafe(
+            self._inner.send_async(msg, timeout_ms=timeout_ms), _LoopThread.loop()
+        )
+
     def send_orderly(self, msg: Message, key: str) -> SendResult:
         return run_in_loop(self._inner.send_orderly(msg, key))
 

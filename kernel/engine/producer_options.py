@@ -1,0 +1,148 @@
+"""The producer's options: Java DefaultMQProducer's settings, snake_case, with its defaults.
+
+Validated together at construction, so every mistake is reported at once and
+nothing is sent with a value Java would never have used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from rmqk.engine.fault_strategy import DEFAULT_LATENCY_MAX, DEFAULT_NOT_AVAILABLE_DURATION
+from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.protocol import ResponseCode
+
+__all__ = [
+    "DEFAULT_RETRY_RESPONSE_CODES",
+    "ProducerOptions",
+]
+
+# DefaultMQProducer.retryResponseCodes: what a synchronous send retries; any other
+# broker answer that is not a send status fails the send at once.
+DEFAULT_RETRY_RESPONSE_CODES: frozenset[int] = frozenset(
+    {
+        int(ResponseCode.TOPIC_NOT_EXIST),  # 17
+        int(ResponseCode.SERVICE_NOT_AVAILABLE),  # 14
+        int(ResponseCode.SYSTEM_ERROR),  # 1
+        int(ResponseCode.NO_PERMISSION),  # 16
+        204,  # NO_BUYER_ID
+        205,  # NOT_IN_CURRENT_UNIT
+    }
+)
+
+_WHERE = "<producer options>"
+
+
+@attrs.frozen
+class ProducerOptions:
+    send_msg_timeout: int = 3000
+    retry_times_when_send_failed: int = 2
+    retry_times_when_send_async_failed: int = 2
+    retry_another_broker_when_not_store_ok: bool = False
+    send_latency_fault_enable: bool = False
+    latency_max: tuple[int, ...] = DEFAULT_LATENCY_MAX
+    not_available_duration: tuple[int, ...] = DEFAULT_NOT_AVAILABLE_DURATION
+    retry_response_codes: frozenset[int] = DEFAULT_RETRY_RESPONSE_CODES
+    compress_msg_body_over_howmuch: int = 4096
+    max_message_size: int = 4 * 1024 * 1024
+    default_topic_queue_nums: int = 4
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        send_msg_timeout: object,
+        retry_times_when_send_failed: object,
+        retry_times_when_send_async_failed: object,
+        retry_another_broker_when_not_store_ok: object,
+        send_latency_fault_enable: object,
+        latency_max: object,
+        not_available_duration: object,
+        retry_response_codes: object,
+        compress_msg_body_over_howmuch: object,
+        max_message_size: object,
+        default_topic_queue_nums: object,
+    ) -> ProducerOptions:
+        """The options, or a ConfigError naming every option that is wrong and why."""
+        problems: list[ConfigProblem] = []
+
+        def bad(key: str, message: str) -> None:
+            problems.append(ConfigProblem(_WHERE, "", key, message))
+
+        def integer(key: str, value: object, low: int) -> int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                bad(key, f"must be an integer, got {value!r}")
+                return low
+            if value < low:
+                bad(key, f"must be at least {low}, got {value}")
+            return value
+
+        def flag(key: str, value: object) -> bool:
+            if not isinstance(value, bool):
+                bad(key, f"must be true or false, got {value!r}")
+                return False
+            return value
+
+        def table(key: str, value: object) -> tuple[int, ...]:
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                bad(key, f"must be a list of milliseconds, got {value!r}")
+                return ()
+            items = tuple(value)
+            if not items or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in items
+            ):
+                bad(key, f"must be a non-empty list of milliseconds >= 0, got {list(items)}")
+            return items
+
+        latency = table("latency_max", latency_max)
+        durations = table("not_available_duration", not_available_duration)
+        if latency and list(latency) != sorted(latency):
+            bad("latency_max", f"must be in ascending order, got {list(latency)}")
+        if latency and durations and len(latency) != len(durations):
+            bad(
+                "not_available_duration",
+                f"has {len(durations)} entries but latency_max has {len(latency)}: "
+                "each latency step needs its duration",
+            )
+        codes: frozenset[int] = frozenset()
+        if isinstance(retry_response_codes, str | bytes) or not isinstance(
+            retry_response_codes, Iterable
+        ):
+            bad(
+                "retry_response_codes",
+                f"must be a set of response codes, got {retry_response_codes!r}",
+            )
+        else:
+            listed = list(retry_response_codes)
+            if any(isinstance(c, bool) or not isinstance(c, int) for c in listed):
+                bad("retry_response_codes", f"must hold integer response codes, got {listed}")
+            else:
+                codes = frozenset(int(c) for c in listed)
+        options = cls(
+            send_msg_timeout=integer("send_msg_timeout", send_msg_timeout, 1),
+            retry_times_when_send_failed=integer(
+                "retry_times_when_send_failed", retry_times_when_send_failed, 0
+            ),
+            retry_times_when_send_async_failed=integer(
+                "retry_times_when_send_async_failed", retry_times_when_send_async_failed, 0
+            ),
+            retry_another_broker_when_not_store_ok=flag(
+                "retry_another_broker_when_not_store_ok", retry_another_broker_when_not_store_ok
+            ),
+            send_latency_fault_enable=flag("send_latency_fault_enable", send_latency_fault_enable),
+            latency_max=latency,
+            not_available_duration=durations,
+            retry_response_codes=codes,
+            compress_msg_body_over_howmuch=integer(
+                "compress_msg_body_over_howmuch", compress_msg_body_over_howmuch, 0
+            ),
+            max_message_size=integer("max_message_size", max_message_size, 1),
+            default_topic_queue_nums=integer(
+                "default_topic_queue_nums", default_topic_queue_nums, 1
+            ),
+        )
+        if problems:
+            raise ConfigError(problems)
+        return options
