@@ -41,6 +41,7 @@ import socket
 import struct
 import time
 from collections import Counter
+from collections.abc import Mapping
 from types import TracebackType
 
 from rmqk.plugins.remoting.frame import decode_frame_typed, encode_frame
@@ -311,7 +312,7 @@ class FaultProxy:
         self.refuse = False
         self.frames = frames
         self.requests: Counter[int] = Counter()
-        self._answers: dict[int, tuple[int, str | None]] = {}
+        self._answers: dict[int, tuple[int, str | None, dict[str, object]]] = {}
         self.stats = ProxyStats()
         self._pairs: set[_Pair] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -425,11 +426,17 @@ class FaultProxy:
         """How many requests with ``code`` came from clients (answered ones included)."""
         return self.requests[int(code)]
 
-    def answer(self, code: int, response_code: int, remark: str | None = None) -> None:
-        """Answer every request with ``code`` here, with ``response_code`` and ``remark``."""
+    def answer(
+        self,
+        code: int,
+        response_code: int,
+        remark: str | None = None,
+        fields: Mapping[str, object] | None = None,
+    ) -> None:
+        """Answer requests with ``code`` here: ``response_code``, ``remark``, header ``fields``."""
         if not self.frames:
             raise RuntimeError("answer() needs a proxy made with frames=True")
-        self._answers[int(code)] = (int(response_code), remark)
+        self._answers[int(code)] = (int(response_code), remark, dict(fields or {}))
 
     def forward(self, code: int) -> None:
         """Forward requests with ``code`` to the server again."""
@@ -446,5 +453,5 @@ class FaultProxy:
             return None
         if command.is_oneway:
             return b""
-        response = RemotingCommand.response_to(command, rule[0], rule[1])
+        response = RemotingCommand.response_to(command, rule[0], rule[1], rule[2])
         return encode_frame(response, serialize_type)

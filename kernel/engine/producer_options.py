@@ -32,7 +32,7 @@ DEFAULT_RETRY_RESPONSE_CODES: frozenset[int] = frozenset(
     }
 )
 
-_WHERE = "<producer options>"
+_WHERE = "<options>"
 
 
 @attrs.frozen
@@ -69,7 +69,7 @@ class ProducerOptions:
         problems: list[ConfigProblem] = []
 
         def bad(key: str, message: str) -> None:
-            problems.append(ConfigProblem(_WHERE, "", key, message))
+            problems.append(ConfigProblem(_WHERE, "producer", key, message))
 
         def integer(key: str, value: object, low: int) -> int:
             if isinstance(value, bool) or not isinstance(value, int):
