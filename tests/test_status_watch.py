@@ -29,10 +29,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield handle
 
 
-def _read_for(fd: int, seconds: float) -> bytes:
+def _read_for(fd: int, seconds: float, frames: int = 0) -> bytes:
+    """What the terminal shows within ``seconds``, or once ``frames`` redraws arrived."""
     out = b""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (frames and out.count(b"\x1b[H\x1b[J") >= frames):
         ready, _, _ = select.select([fd], [], [], 0.1)
         if ready:
             try:
@@ -81,7 +82,8 @@ def test_watch_draws_the_lag_sparkline_and_ends_cleanly_on_sigint(
             stdin=child, stdout=child, stderr=child, env=env, close_fds=True,
         )  # fmt: skip
         os.close(child)
-        screen = _read_for(main, 2.5)
+        # About 2 s at 0.5 s a redraw; longer on a loaded machine.
+        screen = _read_for(main, 30, frames=4)
         watcher.send_signal(signal.SIGINT)
         screen += _read_for(main, 5)
         assert watcher.wait(timeout=15) == 0
