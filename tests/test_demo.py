@@ -88,3 +88,6 @@ def test_demo_runs_and_checks_every_message(tmp_path: Path) -> None:
             if row.strip().startswith(line)
         ), line
     assert any(p.name.startswith("tags=") for p in out.iterdir())
+    # Spark's and the JVM's own output goes to spark.log, not to the person reading.
+    assert "log4j" not in result.stderr and "NativeCodeLoader" not in result.stderr
+    assert "starting Spark in the background; its output goes to" in report

@@ -23,7 +23,6 @@ import logging
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ import attrs
 
 from rmqk.cli import Command
 from rmqk.errors import RmqkError
+from rmqk.plugins.spark.demo_console import DemoConsole, jvm_output_to
 from rmqk.plugins.spark.demo_report import DemoResult, format_report, queue_offsets, read_back
 
 __all__ = [
@@ -208,46 +208,21 @@ async def produce_orders(
     )
 
 
-class ProgressBar:
-    """A one-line progress bar on a terminal; silent otherwise."""
-
-    def __init__(self, label: str, stream: Any = None) -> None:
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.started = time.monotonic()
-        self._last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
-        self._last = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        rate = done / max(now - self.started, 1e-6)
-        self.stream.write(
-            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
-            f"{done:,}/{total:,} {rate:,.0f} msg/s"
-        )
-        if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 # -- the run -------------------------------------------------------------------------
 
 
-def _start_spark(options: Any) -> Any:
-    """The session, warmed up with one small write like the sink's (then deleted)."""
+def _start_spark(options: Any, jvm_log: str | None = None) -> Any:
+    """The session, warmed up with one small write like the sink's (then deleted).
+
+    With ``jvm_log``, the JVM's stdout and stderr go to that file for good.
+    """
     from rmqk.message import MessageExt
     from rmqk.plugins.spark.columns import messages_to_arrow
     from rmqk.plugins.spark.frames import FrameWriter
     from rmqk.plugins.spark.session import get_session
 
-    session = get_session(options.master, options.app_name, options.spark_conf)
+    with jvm_output_to(jvm_log) if jvm_log else contextlib.nullcontext():
+        session = get_session(options.master, options.app_name, options.spark_conf)
     # The demo prints its own report; Spark's warnings (task sizes, native libraries)
     # would only bury it.
     session.sparkContext.setLogLevel("ERROR")
@@ -296,6 +271,18 @@ def load_demo_spec(config_path: str | None, namesrv_addr: str, out_dir: str) -> 
     return attrs.evolve(spec, options=options, sink_options=sink_options)
 
 
+async def _wait_for_spark(session_task: asyncio.Future[Any], console: DemoConsole) -> Any:
+    """The session, with a ticking line while it is not ready yet."""
+    started = time.monotonic()
+    if not session_task.done():
+        while not session_task.done():
+            waited = time.monotonic() - started
+            console.status(f"starting Spark (the first run takes ~10 s)... {waited:.0f} s")
+            await asyncio.wait({session_task}, timeout=0.5)
+        console.say(f"Spark ready ({time.monotonic() - started:.1f} s after producing ended)")
+    return await session_task
+
+
 async def run_demo(
     messages: int,
     *,
@@ -303,12 +290,16 @@ async def run_demo(
     out_dir: str,
     config_path: str | None = None,
     timeout: float | None = None,
-    say: Callable[[str], None] = print,
+    console: DemoConsole | None = None,
+    jvm_log: str | None = None,
 ) -> DemoResult:
+    """The demo's run; ``jvm_log`` is where Spark's JVM writes (None: the terminal)."""
     from rmqk.plugins.broker import EmbeddedBroker
     from rmqk.plugins.spark.options import parse_sink_options
     from rmqk.runtime import ComposedConsumer
 
+    if console is None:
+        console = DemoConsole()
     if timeout is None:
         timeout = 60.0 + messages / 2_000
     async with EmbeddedBroker(data_dir, namesrv_port=0, broker_port=0) as broker:
@@ -316,24 +307,29 @@ async def run_demo(
         sink_opts = parse_sink_options(spec.sink_options)
         # Spark takes seconds to start and its first write is slow (JIT): do both
         # while the dataset is produced.
-        session_task = asyncio.ensure_future(asyncio.to_thread(_start_spark, sink_opts))
+        session_task = asyncio.ensure_future(asyncio.to_thread(_start_spark, sink_opts, jvm_log))
         topic = spec.subscriptions[0].topic
         await broker.create_topic(topic, queues=QUEUES)
-        say(f"embedded broker: name server {broker.namesrv_addr}, broker {broker.broker_addr}")
-        produced = await produce_orders(
-            broker.namesrv_addr, messages, topic=topic, progress=ProgressBar("producing")
+        console.say(
+            f"embedded broker: name server {broker.namesrv_addr}, broker {broker.broker_addr}"
         )
-        say(
+        where = f"; its output goes to {jvm_log}" if jvm_log else ""
+        console.say(f"starting Spark in the background{where}")
+        produced = await produce_orders(
+            broker.namesrv_addr, messages, topic=topic, progress=console.progress("producing")
+        )
+        console.say(
             f"produced {produced.count:,} order events to {topic} ({QUEUES} queues) "
             f"in {produced.seconds:.1f}s "
             f"({produced.count / max(produced.seconds, 1e-9):,.0f} msg/s)"
         )
-        session = await session_task
+        session = await _wait_for_spark(session_task, console)
         composed = ComposedConsumer(spec)
         sink = composed.sink
         started = time.monotonic()
+        console.status("starting the consumer (group commits into Parquet)...")
         await composed.start()
-        bar = ProgressBar("consuming")
+        bar = console.progress("consuming")
         deadline = started + timeout
         try:
             while True:
@@ -352,18 +348,20 @@ async def run_demo(
             first = stats.first_write_at or started
             consume_seconds = (stats.last_flush_at or time.monotonic()) - started
             flushes = stats.flushes
-            say(
-                f"consumed and wrote {done:,} rows in {flushes} flushes, "
-                f"{consume_seconds:.1f}s from consumer start "
-                f"({done / max(consume_seconds, 1e-9):,.0f} rows/s; first batch after "
+            console.say(
+                f"consumed and wrote {done:,} rows in {flushes} flushes, {consume_seconds:.1f}s "
+                f"({done / max(consume_seconds, 1e-9):,.0f} rows/s; first after "
                 f"{first - started:.1f}s)"
             )
         finally:
+            console.status("stopping the consumer (committing offsets)...")
             await composed.stop()
         queues = await queue_offsets(broker.namesrv_addr, spec.group, topic)
+    console.status("reading the Parquet output back with Spark and checking it...")
     read_started = time.monotonic()
     result = await asyncio.to_thread(read_back, session, out_dir, produced, queues, spec.group)
     read_seconds = time.monotonic() - read_started
+    console.clear()
     return attrs.evolve(
         result,
         produce_seconds=produced.seconds,
@@ -394,13 +392,50 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", metavar="TOML", help="consumer config (default: examples/demo.toml)"
     )
     parser.add_argument(
-        "--keep", action="store_true", help="keep the temporary directories and print them"
+        "--keep",
+        action="store_true",
+        help="keep the temporary directories (output, broker data, Spark log) and print them",
+    )
+    parser.add_argument(
+        "--spark-log",
+        action="store_true",
+        help="show Spark's and the JVM's own output on the terminal instead of in spark.log",
     )
 
 
 class _FlowControlNotices(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "so do flow control" not in record.getMessage()
+
+
+@attrs.frozen
+class _Workspace:
+    """Where the demo writes, and which of it is temporary (deleted at exit)."""
+
+    data_dir: str
+    out_dir: str
+    jvm_log: str | None
+    temporary: tuple[str, ...]
+
+    @property
+    def out_is_temporary(self) -> bool:
+        return any(self.out_dir.startswith(p + os.sep) for p in self.temporary)
+
+    def kept(self) -> list[tuple[str, str]]:
+        """What a kept workspace holds, for the closing lines."""
+        shown = [("Parquet output", self.out_dir), ("broker data", self.data_dir)]
+        if self.jvm_log:
+            shown.append(("Spark log", self.jvm_log))
+        return [(label, path) for label, path in shown if os.path.exists(path)]
+
+
+def _workspace(args: argparse.Namespace) -> _Workspace:
+    # One temporary folder holds what the user did not place: broker data, output, log.
+    work = tempfile.mkdtemp(prefix="rmqk-demo-")
+    data_dir = args.data or os.path.join(work, "broker")
+    out_dir = args.out or os.path.join(work, "orders")
+    jvm_log = None if args.spark_log else os.path.join(work, "spark.log")
+    return _Workspace(data_dir, out_dir, jvm_log, (work,))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -414,33 +449,41 @@ def _run(args: argparse.Namespace) -> int:
         raise RmqkError("--messages must be at least 1")
     if args.out is not None and os.path.exists(args.out) and any(Path(args.out).iterdir()):
         raise RmqkError(f"--out {args.out} is not empty; the demo checks what it writes there")
-    made: list[str] = []
-    data_dir = args.data
-    if data_dir is None:
-        data_dir = tempfile.mkdtemp(prefix="rmqk-demo-broker-")
-        made.append(data_dir)
-    out_dir = args.out
-    if out_dir is None:
-        base = tempfile.mkdtemp(prefix="rmqk-demo-out-")
-        made.append(base)
-        out_dir = os.path.join(base, "orders")
+    space = _workspace(args)
+    console = DemoConsole()
     started = time.monotonic()
+    ok = False
     try:
         result = asyncio.run(
-            run_demo(args.messages, data_dir=data_dir, out_dir=out_dir, config_path=args.config)
+            run_demo(
+                args.messages,
+                data_dir=space.data_dir,
+                out_dir=space.out_dir,
+                config_path=args.config,
+                console=console,
+                jvm_log=space.jvm_log,
+            )
         )
-        print(format_report(result))
-        print(f"\ndemo finished in {time.monotonic() - started:.1f}s")
-        return 0 if result.ok else 1
+        deleted = space.out_is_temporary and not args.keep
+        console.say(format_report(result, deleted=deleted, unicode=console.unicode))
+        console.say(f"\ndemo finished in {time.monotonic() - started:.1f}s")
+        ok = result.ok
+        return 0 if ok else 1
     finally:
+        console.status("stopping Spark...")
         with contextlib.suppress(Exception):
             stop_session()
-        if args.keep:
-            for path in made:
-                print(f"kept {path}", file=sys.stderr)
+        console.clear()
+        if args.keep or not ok:
+            # A failed run keeps everything: the Spark log is where its cause is.
+            why = "--keep" if args.keep else "the demo failed"
+            console.say(f"kept ({why}):")
+            for label, path in space.kept():
+                console.say(f"  {label:<15} {path}")
         else:
-            for path in made:
+            for path in space.temporary:
                 shutil.rmtree(path, ignore_errors=True)
+        console.close()
 
 
 DEMO_COMMAND = Command(
@@ -452,5 +495,6 @@ DEMO_COMMAND = Command(
         "rmqk demo",
         "rmqk demo --messages 20000 --keep",
         "rmqk demo --out /tmp/orders --data /tmp/broker",
+        "rmqk demo --messages 5000 --spark-log",
     ),
 )

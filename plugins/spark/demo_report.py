@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rmqk.errors import RmqkError
+from rmqk.termchart import bar, bar_chart
 
 if TYPE_CHECKING:
     from rmqk.plugins.spark.demo import ProduceResult
@@ -158,18 +159,36 @@ def read_back(
     )
 
 
-def format_report(result: DemoResult) -> str:
-    lines = ["", f"Parquet output: {result.out_dir}", "", "rows per tag:"]
-    for tag, count in result.per_tag:
-        lines.append(f"  {tag:<10} {count:>10,}")
-    lines += ["", "per queue:   rows   offsets written      broker max  committed   lag"]
+def _output_line(out_dir: str, deleted: bool) -> str:
+    if deleted:
+        return (
+            f"Parquet output: {out_dir}\n"
+            "  (a temporary folder, deleted when the demo exits: rerun with --keep to keep it)"
+        )
+    return f"Parquet output: {out_dir}"
+
+
+def format_report(result: DemoResult, *, deleted: bool = False, unicode: bool = True) -> str:
+    """The report: bar charts of rows per tag and per queue, throughput, and the checks.
+
+    ``deleted`` says the output folder is temporary and goes at exit; ``unicode``
+    draws the bars with block characters, else with ``#``.
+    """
+    lines = ["", _output_line(result.out_dir, deleted), "", "rows per tag:"]
+    lines += bar_chart(list(result.per_tag), width=40, unicode=unicode)
+    lines += [
+        "",
+        f"{'per queue:':<11}{'rows':>9} {'':24}  {'offsets':<14} {'broker max':>10}  "
+        f"{'committed':>9}  {'lag':>3}",
+    ]
+    top = max((q.rows for q in result.queues), default=0)
     for q in result.queues:
         span = "-" if q.min_offset is None else f"{q.min_offset}..{q.max_offset}"
         committed = "-" if q.committed is None else str(q.committed)
         lag = "-" if q.lag is None else str(q.lag)
         lines.append(
-            f"  queue {q.queue_id}  {q.rows:>7,}   {span:<18} {q.broker_max:>10}  "
-            f"{committed:>9}  {lag:>4}"
+            f"  queue {q.queue_id}  {q.rows:>9,} {bar(q.rows, top, 24, unicode=unicode)}  "
+            f"{span:<14} {q.broker_max:>10}  {committed:>9}  {lag:>3}"
         )
     rate = result.rows / max(result.consume_seconds, 1e-9)
     lines += [

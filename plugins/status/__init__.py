@@ -5,7 +5,8 @@ clients of its group that are online, the queues each holds, the committed and
 broker offsets of every queue, the lag, and what each client caches, read from
 the brokers and from the clients' running info (relayed by the brokers, so it
 works for Java clients of the group too). ``rmqk status --namesrv ADDR --group G``
-does the same without a config file.
+does the same without a config file. ``--watch [SECONDS]`` redraws it until
+Ctrl-C, with each group's total lag over time as a sparkline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import argparse
 import asyncio
 import datetime
 import json
+import shutil
+import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +28,9 @@ from rmqk.errors import RmqkError
 from rmqk.hookspecs import Register, hookimpl
 from rmqk.model import MessageQueue
 from rmqk.plugins.status.collect import ClientStatus, GroupStatus, QueueStatus, group_status
+from rmqk.plugins.status.watch import CLEAR_SCREEN, LagHistory, format_watch
+from rmqk.termchart import use_unicode
+from rmqk.transport import Transport
 
 __all__ = ["STATUS_COMMAND", "format_status", "rmqk_register_commands", "status_json"]
 
@@ -58,6 +65,15 @@ def _args(parser: argparse.ArgumentParser) -> None:
         help="per request (default: 3)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) with each group's lag over time, until Ctrl-C",
+    )
 
 
 @attrs.frozen
@@ -107,7 +123,7 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
     ]
 
 
-async def _read(target: _Target, timeout_ms: int) -> GroupStatus:
+async def _open(target: _Target, timeout_ms: int) -> Transport:
     from rmqk.pluginmanager import get_plugin_manager, registries
     from rmqk.transport import TlsConfig, TransportConfig
 
@@ -120,28 +136,90 @@ async def _read(target: _Target, timeout_ms: int) -> GroupStatus:
     )
     transport = registries().transports.create(target.transport, config, get_plugin_manager().hook)
     await transport.start()
-    try:
-        return await group_status(
-            transport, target.group, target.topics, name=target.name, timeout_ms=timeout_ms
-        )
-    finally:
-        await transport.close()
+    return transport
+
+
+async def _read(target: _Target, transport: Transport, timeout_ms: int) -> GroupStatus:
+    return await group_status(
+        transport,
+        target.group,
+        target.topics,
+        name=target.name,
+        timeout_ms=timeout_ms,
+        namesrv_addrs=target.namesrv_addrs,
+    )
+
+
+async def _read_all(targets: Sequence[_Target], timeout_ms: int) -> list[GroupStatus]:
+    out = []
+    for target in targets:
+        transport = await _open(target, timeout_ms)
+        try:
+            out.append(await _read(target, transport, timeout_ms))
+        finally:
+            await transport.close()
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:
     targets = _targets(args)
     timeout_ms = max(int(args.timeout * 1000), 1)
-
-    async def read_all() -> list[GroupStatus]:
-        return [await _read(t, timeout_ms) for t in targets]
-
-    statuses = asyncio.run(read_all())
+    if args.watch is not None:
+        if args.watch <= 0:
+            raise RmqkError("--watch needs a positive number of seconds")
+        if args.json:
+            raise RmqkError("--watch draws for a person and --json is for scripts: give one")
+        return watch(targets, args.watch, timeout_ms)
+    statuses = asyncio.run(_read_all(targets, timeout_ms))
     if args.json:
         print(json.dumps(status_json(statuses), indent=2))
     else:
         print(format_status(statuses))
     healthy = all(s.clients and not s.problems for s in statuses)
     return 0 if healthy else 1
+
+
+def watch(targets: Sequence[_Target], seconds: float, timeout_ms: int) -> int:
+    """Redraw the status every ``seconds`` with each group's lag history, until Ctrl-C."""
+    stream = sys.stdout
+    live = stream.isatty()
+    history = LagHistory()
+
+    async def loop() -> None:
+        transports = [await _open(t, timeout_ms) for t in targets]
+        try:
+            while True:
+                started = time.monotonic()
+                statuses = [
+                    await _read(t, tr, timeout_ms)
+                    for t, tr in zip(targets, transports, strict=True)
+                ]
+                history.add(statuses)
+                columns = shutil.get_terminal_size((100, 24)).columns
+                screen = format_watch(
+                    statuses,
+                    history,
+                    tables=format_status(statuses),
+                    seconds=seconds,
+                    width=min(columns, 100),
+                    unicode=use_unicode(stream),
+                    now=datetime.datetime.now(),
+                )
+                # Home and clear: the next screen replaces this one instead of scrolling.
+                stream.write((CLEAR_SCREEN if live else "") + screen + "\n")
+                stream.flush()
+                await asyncio.sleep(max(seconds - (time.monotonic() - started), 0.0))
+        finally:
+            for transport in transports:
+                await transport.close()
+
+    try:
+        asyncio.run(loop())
+    except KeyboardInterrupt:
+        # Ctrl-C is how a watch ends: the last screen stays, and that is success.
+        stream.write("\n")
+        stream.flush()
+    return 0
 
 
 # -- output ---------------------------------------------------------------------
@@ -160,6 +238,9 @@ def _time(ms: int | None) -> str:
     if not ms:
         return "-"
     moment = datetime.datetime.fromtimestamp(ms / 1000)
+    # Today's date says nothing and costs eleven columns.
+    if moment.date() == datetime.date.today():
+        return moment.strftime("%H:%M:%S")
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -170,6 +251,7 @@ def _opt(value: int | None) -> str:
 def _client_rows(clients: Sequence[ClientStatus]) -> list[list[object]]:
     return [
         [
+            f"#{n}",
             c.client_id,
             c.state,
             len(c.queues) if c.state == "RUNNING" else "-",
@@ -178,11 +260,16 @@ def _client_rows(clients: Sequence[ClientStatus]) -> list[list[object]]:
             f"{c.consume_failed_tps:.1f}",
             _time(c.started_ms),
         ]
-        for c in clients
+        for n, c in enumerate(clients, 1)
     ]
 
 
-def _queue_rows(queues: Sequence[QueueStatus]) -> list[list[object]]:
+def _queue_rows(
+    queues: Sequence[QueueStatus], clients: Sequence[ClientStatus]
+) -> list[list[object]]:
+    # Owners by their row in the consumer table: a client id is ~30 columns, and
+    # the queue table would no longer fit a terminal.
+    numbers = {c.client_id: f"#{n}" for n, c in enumerate(clients, 1)}
     return [
         [
             q.queue.topic,
@@ -193,7 +280,7 @@ def _queue_rows(queues: Sequence[QueueStatus]) -> list[list[object]]:
             _opt(q.lag),
             _opt(q.cached_messages),
             q.state,
-            q.owner or "-",
+            "-" if q.owner is None else numbers.get(q.owner, q.owner),
         ]
         for q in queues
     ]
@@ -213,7 +300,7 @@ def format_status(statuses: Sequence[GroupStatus]) -> str:
             lines.append("")
             lines.append(
                 _table(
-                    ["consumer", "state", "queues", "mode", "ok/s", "failed/s", "started"],
+                    ["#", "consumer", "state", "queues", "mode", "ok/s", "failed/s", "started"],
                     _client_rows(s.clients),
                 )
             )
@@ -235,7 +322,7 @@ def format_status(statuses: Sequence[GroupStatus]) -> str:
                         "state",
                         "owner",
                     ],
-                    _queue_rows(s.queues),
+                    _queue_rows(s.queues, s.clients),
                 )
             )
         if s.problems:
@@ -311,6 +398,7 @@ STATUS_COMMAND = Command(
         "rmqk status consumers.toml --consumer orders --json",
         "rmqk status --namesrv 127.0.0.1:9876 --group order-analytics",
         "rmqk status --namesrv 127.0.0.1:9876 --group order-analytics --topic Orders",
+        "rmqk status examples/jsonl.toml --watch 1",
     ),
 )
 

@@ -3,7 +3,10 @@
 Over any registered transport (``tcp`` by default), the way Apache's admin tools
 do it:
 
-1. the routes of ``%RETRY%<group>`` and of the topics name the brokers;
+1. the routes of ``%RETRY%<group>`` and of the topics name the brokers, and the
+   name server's cluster info names every other broker (as Java's ``mqadmin
+   consumerConnection`` falls back to): a member whose topics are missing has no
+   route to be found by, yet may heartbeat to a broker of the cluster;
 2. ``GET_CONSUMER_LIST_BY_GROUP`` on each broker gives the clients online;
 3. ``GET_CONSUMER_RUNNING_INFO``, relayed by a broker to each client, gives the
    queues it holds, what it caches, its subscriptions and its rates;
@@ -184,6 +187,33 @@ class _Reader:
                     self.masters[broker.broker_name] = master
         return route
 
+    async def cluster_masters(self, namesrv_addrs: Iterable[str]) -> None:
+        """Add every master the name server's cluster info lists (the first that answers)."""
+        from rmqk.plugins.remoting.bodies import loads
+
+        errors = []
+        for addr in namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {})
+            try:
+                response = await self.transport.invoke(addr, request, self.timeout_ms)
+                if response.code != ResponseCode.SUCCESS:
+                    raise BrokerError(response.code, response.remark, addr)
+                info = loads(response.body) if response.body else {}
+            except RmqkError as exc:
+                errors.append(f"cluster info from {addr}: {_describe(exc)}")
+                continue
+            table = info.get("brokerAddrTable") if isinstance(info, Mapping) else None
+            for name, broker in (table or {}).items():
+                addrs = broker.get("brokerAddrs") if isinstance(broker, Mapping) else None
+                master = (addrs or {}).get("0", (addrs or {}).get(0))
+                if master and str(name) not in self.masters:
+                    self.masters[str(name)] = str(master)
+            return
+        # Say so only when it matters: no route named a broker, and the name server
+        # was not already reported unreachable.
+        if not self.masters and not self.unreadable:
+            self.problems.extend(errors)
+
     async def client_ids(self) -> list[str]:
         found: list[str] = []
         errors = []
@@ -261,11 +291,14 @@ async def group_status(
     *,
     name: str | None = None,
     timeout_ms: int = 3000,
+    namesrv_addrs: Iterable[str] = (),
 ) -> GroupStatus:
     """Read one group's clients, queues, offsets and lag from the cluster.
 
     ``topics`` are read even when no client is online (from a config file, or
     ``--topic``); the topics online clients subscribe to are added to them.
+    ``namesrv_addrs``, when given, are asked for every broker of the cluster, so
+    members are found even when none of the group's topics has a route.
     """
     reader = _Reader(transport, group, timeout_ms)
     wanted = list(dict.fromkeys(topics))
@@ -273,6 +306,7 @@ async def group_status(
     await reader.route(RETRY_GROUP_TOPIC_PREFIX + group)
     for topic in wanted:
         await reader.route(topic)
+    await reader.cluster_masters(namesrv_addrs)
     ids = await reader.client_ids()
     results = await asyncio.gather(*(reader.running_info(cid) for cid in ids))
     clients: list[ClientStatus] = []
@@ -284,18 +318,27 @@ async def group_status(
             for topic in info.topics:
                 if topic not in wanted and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                     wanted.append(topic)
-    if not ids:
-        reader.problems.append(f"no consumer of group {group} is online")
-        if not wanted:
-            reader.problems.append("name the topics (--topic, or a config file) to see offsets")
     queues: list[MessageQueue] = []
+    missing: list[str] = []
     for topic in wanted:
         route = await reader.route(topic)
         if route is None:
             if topic not in reader.unreadable:
-                reader.problems.append(f"topic {topic} does not exist on the name server")
+                missing.append(topic)
             continue
         queues.extend(sorted(route.subscribe_queues(topic)))
+    # The missing topic first: it is the cause, "nobody online" may be its effect.
+    reader.problems[:0] = [
+        f"topic {t} does not exist: create it (rmqk admin topic create {t})" for t in missing
+    ]
+    if not ids:
+        reader.problems.append(f"no consumer of group {group} is online")
+        if missing:
+            reader.problems.append(
+                "(a consumer of missing topics only talks to no broker: it may run unseen)"
+            )
+        if not wanted:
+            reader.problems.append("name the topics (--topic, or a config file) to see offsets")
     statuses = await asyncio.gather(*(reader.offsets(mq) for mq in queues))
     owners: dict[MessageQueue, tuple[str, Mapping[str, Any]]] = {}
     for client_id, info in infos:
