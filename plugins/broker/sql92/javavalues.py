@@ -31,6 +31,9 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 JavaValue = bool | int | float | str
 
 
+_BOOLEAN_CAST = "java.lang.ClassCastException: java.lang.Boolean cannot be cast to java.lang.String"
+
+
 class EvalError(Exception):
     """A Java exception thrown while evaluating: Apache logs it and skips the message."""
 
@@ -144,9 +147,7 @@ def compare(left: JavaValue, right: JavaValue) -> int:
     if lk != rk:
         if lk == "Boolean":
             if rk == "String":
-                raise EvalError(
-                    "java.lang.ClassCastException: java.lang.Boolean cannot be cast to java.lang.String"
-                )
+                raise EvalError(_BOOLEAN_CAST)
             return -1
         if lk == "String":
             assert isinstance(left, str)
