@@ -16,6 +16,7 @@ __all__ = [
     "RemotingTooMuchRequestError",
     "RmqkError",
     "SendFailedError",
+    "SubscriptionRefusedError",
 ]
 
 
@@ -95,6 +96,21 @@ class BrokerError(RmqkError):
         self.address = address
         where = f" from {address}" if address else ""
         super().__init__(f"broker error code {code}{where}: {remark or '(no remark)'}")
+
+
+class SubscriptionRefusedError(BrokerError):
+    """A broker refused a subscription at CHECK_CLIENT_CONFIG (Java's checkClientInBroker)."""
+
+    def __init__(
+        self, code: int, remark: str | None, address: str | None, topic: str, expression: str
+    ) -> None:
+        super().__init__(code, remark, address)
+        self.topic = topic
+        self.expression = expression
+        self.args = (
+            f"the broker at {address} refused the subscription to {topic!r} by "
+            f"{expression!r}: code {code}: {remark or '(no remark)'}",
+        )
 
 
 class RemotingError(RmqkError):

@@ -237,6 +237,17 @@ class Transport(Protocol):
         timeout_ms: int | None = None,
     ) -> None: ...
 
+    async def check_client_config(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        subscription: SubscriptionData,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """CHECK_CLIENT_CONFIG: raises BrokerError when the broker cannot filter by it."""
+        ...
+
     async def get_consumer_ids(
         self, addr: str, group: str, timeout_ms: int | None = None
     ) -> list[str]: ...

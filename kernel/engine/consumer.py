@@ -11,6 +11,7 @@ from typing import Any
 
 from rmqk.consume_host import ConsumeService
 from rmqk.contracts import ReadOffsetType
+from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.consume_host import create_consume_service
 from rmqk.engine.listener import ListenerInvoker
 from rmqk.engine.member import ConsumerMember
@@ -105,14 +106,31 @@ class AsyncPushConsumer(ConsumerMember):
 
     def subscribe(
         self, topic: str, expression: str | None = "*", expression_type: str = "TAG"
-    ) -> None:
-        """Subscribe to ``topic`` with a tag expression (``"TagA || TagB"``) or SQL92."""
+    ) -> asyncio.Future[None] | None:
+        """Subscribe to ``topic`` with a tag expression (``"TagA || TagB"``) or SQL92.
+
+        On a running consumer the returned future ends once the brokers know the
+        subscription; for SQL92 it raises SubscriptionRefusedError, with the
+        broker's reason, when a broker of the topic cannot filter by it (the
+        subscription is then not taken).
+        """
         etype = ExpressionType(expression_type)
         sub = build_subscription(topic, expression, etype, int(time.time() * 1000))
-        self._subscriptions[topic] = (sub.sub_string, etype)
-        if self.state is ServiceState.RUNNING:
+        if self.state is not ServiceState.RUNNING:
+            self._subscriptions[topic] = (sub.sub_string, etype)
+            return None
+        if etype is ExpressionType.TAG:
+            self._subscriptions[topic] = (sub.sub_string, etype)
             self.rebalance.subscription_inner[topic] = sub
-            self._spawn(self.client.send_heartbeat_to_all_brokers())
+            return self._spawn(self.client.send_heartbeat_to_all_brokers())
+        return self._spawn(self._subscribe_checked(sub))
+
+    async def _subscribe_checked(self, sub: SubscriptionData) -> None:
+        await self.client.update_topic_route(sub.topic)
+        await check_client_in_broker(self.client, self.group, [sub])
+        self._subscriptions[sub.topic] = (sub.sub_string, sub.expression_type)
+        self.rebalance.subscription_inner[sub.topic] = sub
+        await self.client.send_heartbeat_to_all_brokers()
 
     def unsubscribe(self, topic: str) -> None:
         self._subscriptions.pop(topic, None)

@@ -19,10 +19,11 @@ from typing import Any, ClassVar, Self
 
 from rmqk.contracts import AllocationStrategy, OffsetStore
 from rmqk.engine.client import ClientInstance
+from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.rebalance import Rebalance
 from rmqk.engine.startup import client_for, resolve_namesrv
-from rmqk.errors import ClientError
+from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import (
     ConsumeFromWhere,
@@ -109,6 +110,15 @@ class ConsumerMember:
         self.start_timestamp = int(time.time() * 1000)
         for topic in list(self.rebalance.subscription_inner):
             await self.client.update_topic_route(topic)
+        try:
+            await check_client_in_broker(
+                self.client, self.group, self.rebalance.subscription_inner.values()
+            )
+        except RmqkError:
+            # Java leaves the consumer running; here nothing pulls under a refused subscription.
+            await self.shutdown()
+            self.state = ServiceState.START_FAILED
+            raise
         await self.client.send_heartbeat_to_all_brokers()
         self.client.rebalance_immediately()
 
@@ -230,8 +240,10 @@ class ConsumerMember:
 
     # -- background work -----------------------------------------------------------------------
 
-    def _spawn(self, aw: Awaitable[Any]) -> None:
-        self._track(asyncio.ensure_future(aw))
+    def _spawn(self, aw: Awaitable[Any]) -> asyncio.Future[Any]:
+        fut = asyncio.ensure_future(aw)
+        self._track(fut)
+        return fut
 
     def _track(self, fut: asyncio.Future[Any]) -> None:
         self._background.add(fut)

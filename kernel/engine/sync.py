@@ -80,9 +80,9 @@ class PushConsumer:
     def subscribe(
         self, topic: str, expression: str | None = "*", expression_type: str = "TAG"
     ) -> None:
-        loop = _LoopThread.loop()
         if self._inner.state.value == "RUNNING":
-            loop.call_soon_threadsafe(self._inner.subscribe, topic, expression, expression_type)
+            # On the loop, and waited for: a broker's refusal must reach the caller.
+            run_in_loop(_subscribe(self._inner.subscribe, topic, expression, expression_type))
         else:
             self._inner.subscribe(topic, expression, expression_type)
 
@@ -135,6 +135,13 @@ async def _call(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
+async def _subscribe(subscribe: Callable[..., asyncio.Future[None] | None], *args: Any) -> None:
+    """Subscribe on the loop thread and wait until the brokers accepted it (or refused)."""
+    pending = subscribe(*args)
+    if pending is not None:
+        await pending
+
+
 class LitePullConsumer:
     """The blocking lite pull consumer; see :class:`rmqk.engine.lite_pull.AsyncLitePullConsumer`.
 
@@ -158,7 +165,7 @@ class LitePullConsumer:
     def subscribe(
         self, topic: str, expression: str | None = "*", expression_type: str = "TAG"
     ) -> None:
-        run_in_loop(_call(self._inner.subscribe, topic, expression, expression_type))
+        run_in_loop(_subscribe(self._inner.subscribe, topic, expression, expression_type))
 
     def unsubscribe(self, topic: str) -> None:
         run_in_loop(_call(self._inner.unsubscribe, topic))

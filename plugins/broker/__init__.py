@@ -70,6 +70,8 @@ class EmbeddedBroker:
     ``.toml``/``.json`` file with plain_acl.yml's keys) makes the broker check every
     request as Apache's plain ACL does (``rmqk.plugins.broker.acl``). ``tls`` (a
     :class:`~rmqk.plugins.broker.tls.ServerTlsConfig`) serves TLS on both ports.
+    ``enable_property_filter`` (BrokerConfig.enablePropertyFilter, off as in Apache)
+    lets consumers subscribe by SQL92 over message properties.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class EmbeddedBroker:
         max_message_size: int = 4 * 1024 * 1024,
         segment_size: int | None = None,
         notify_consumer_ids_changed: bool = True,
+        enable_property_filter: bool = False,
         acl: AclConfig | str | os.PathLike[str] | None = None,
         tls: ServerTlsConfig | None = None,
     ) -> None:
@@ -114,6 +117,7 @@ class EmbeddedBroker:
         self.max_message_size = max_message_size
         self.segment_size = segment_size
         self.notify_consumer_ids_changed = notify_consumer_ids_changed
+        self.enable_property_filter = enable_property_filter
         self.acl = acl
         self.tls = tls
         self._access: AccessValidator | None = None
@@ -199,6 +203,7 @@ class EmbeddedBroker:
                 auto_create_topic=self.auto_create_topic,
                 max_message_size=self.max_message_size,
                 notify_consumer_ids_changed=self.notify_consumer_ids_changed,
+                enable_property_filter=self.enable_property_filter,
             )
             system = self._ensure_system_topics()
             self.processors = BrokerProcessors(

@@ -11,12 +11,15 @@ import contextlib
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rmqk.cli import Command
 from rmqk.errors import RmqkError
+from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
 
 __all__ = ["BROKER_COMMAND"]
+
+T = TypeVar("T")
 
 DEFAULT_DATA_DIR = "~/.rmqk/broker"
 
@@ -55,10 +58,16 @@ def _broker_args(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="name server on PORT and broker on PORT+1; 0 picks two free ports and prints them",
     )
-    parser.add_argument("--broker-name", default="broker-a", help="broker name (default: broker-a)")
     parser.add_argument(
-        "--cluster", default="DefaultCluster", help="cluster name (default: DefaultCluster)"
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="an Apache broker.conf (Java properties); the keys rmqk reads are "
+        "enablePropertyFilter, brokerName, brokerClusterName and autoCreateTopicEnable; "
+        "flags win over the file",
     )
+    parser.add_argument("--broker-name", default=None, help="broker name (default: broker-a)")
+    parser.add_argument("--cluster", default=None, help="cluster name (default: DefaultCluster)")
     parser.add_argument(
         "--advertised-host",
         default=None,
@@ -79,8 +88,19 @@ def _broker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-auto-create-topic",
         dest="auto_create_topic",
-        action="store_false",
+        action="store_const",
+        const=False,
+        default=None,
         help="refuse sends to unknown topics (autoCreateTopicEnable=false)",
+    )
+    parser.add_argument(
+        "--enable-property-filter",
+        dest="enable_property_filter",
+        action="store_const",
+        const=True,
+        default=None,
+        help="let consumers subscribe by SQL92 over message properties "
+        "(enablePropertyFilter; off by default, as in Apache)",
     )
     parser.add_argument(
         "--acl",
@@ -131,6 +151,13 @@ def _broker_tls(args: argparse.Namespace) -> Any:
     )
 
 
+def _first(flag: T | None, from_file: T | None, default: T) -> T:
+    """A flag given on the command line, else the config file's value, else the default."""
+    if flag is not None:
+        return flag
+    return default if from_file is None else from_file
+
+
 def _broker_run(args: argparse.Namespace) -> int:
     from rmqk.plugins.broker import EmbeddedBroker
 
@@ -138,17 +165,23 @@ def _broker_run(args: argparse.Namespace) -> int:
     if args.port is not None:
         namesrv_port = args.port
         broker_port = 0 if args.port == 0 else args.port + 1
+    conf = (
+        read_broker_config(os.path.expanduser(args.config)) if args.config else BrokerFileConfig()
+    )
     broker = EmbeddedBroker(
         Path(os.path.expanduser(args.data)),
         host=args.host,
         namesrv_port=namesrv_port,
         broker_port=broker_port,
-        broker_name=args.broker_name,
-        cluster=args.cluster,
+        broker_name=_first(args.broker_name, conf.broker_name, "broker-a"),
+        cluster=_first(args.cluster, conf.cluster, "DefaultCluster"),
         advertised_host=args.advertised_host,
         flush=args.flush,
         delay_levels=args.delay_levels,
-        auto_create_topic=args.auto_create_topic,
+        auto_create_topic=_first(args.auto_create_topic, conf.auto_create_topic, True),
+        enable_property_filter=_first(
+            args.enable_property_filter, conf.enable_property_filter, False
+        ),
         acl=os.path.expanduser(args.acl) if args.acl else None,
         tls=_broker_tls(args),
     )
@@ -174,6 +207,8 @@ def _broker_run(args: argparse.Namespace) -> int:
                 print(f"rmqk broker: ACL from {args.acl}", flush=True)
             if broker.tls is not None:
                 print(f"rmqk broker: TLS ({broker.tls.mode}) on both ports", flush=True)
+            if broker.enable_property_filter:
+                print("rmqk broker: SQL92 filtering on (enablePropertyFilter=true)", flush=True)
             print(f"rmqk broker: data in {broker.data_dir}; stop with Ctrl+C", flush=True)
             await stop.wait()
         finally:
@@ -197,5 +232,7 @@ BROKER_COMMAND = Command(
         "rmqk broker --port 0 --data /tmp/rmqk",
         'rmqk broker --delay-levels "100ms 200ms 500ms" --no-auto-create-topic',
         "rmqk broker --acl plain_acl.toml --tls-cert server.crt --tls-key server.key",
+        "rmqk broker --enable-property-filter",
+        "rmqk broker --config broker.conf",
     ),
 )

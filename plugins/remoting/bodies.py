@@ -37,6 +37,7 @@ __all__ = [
     "decode_lock_batch_response",
     "decode_reset_offset",
     "dumps",
+    "encode_check_client",
     "encode_consume_message_directly_result",
     "encode_consumer_id_list",
     "encode_consumer_status",
@@ -338,6 +339,13 @@ def _consumer_json(consumer: ConsumerData) -> dict[str, Any]:
         "subscriptionDataSet": [_subscription_json(s) for s in consumer.subscriptions],
         "unitMode": consumer.unit_mode,
     }
+
+
+def encode_check_client(client_id: str, group: str, sub: SubscriptionData) -> bytes:
+    """CHECK_CLIENT_CONFIG body: Java's CheckClientRequestBody."""
+    return _encode(
+        dumps({"clientId": client_id, "group": group, "subscriptionData": _subscription_json(sub)})
+    )
 
 
 def encode_heartbeat(heartbeat: HeartbeatData) -> bytes:

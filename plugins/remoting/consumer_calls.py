@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from rmqk.errors import BrokerError
 from rmqk.message import MessageExt
-from rmqk.model import MessageQueue, PullResult, PullStatus
+from rmqk.model import MessageQueue, PullResult, PullStatus, SubscriptionData
 from rmqk.plugins.remoting import bodies
 from rmqk.plugins.remoting.message_codec import decode_messages
 from rmqk.plugins.remoting.replies import check_success, header_int
@@ -121,6 +121,20 @@ class ConsumerCalls(RemotingClient):
         response = await self.invoke(addr, cmd, timeout_ms)
         check_success(response, addr)
         return response.version
+
+    async def check_client_config(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        subscription: SubscriptionData,
+        timeout_ms: int | None = None,
+    ) -> None:
+        cmd = RemotingCommand.request(
+            RequestCode.CHECK_CLIENT_CONFIG,
+            body=bodies.encode_check_client(client_id, group, subscription),
+        )
+        check_success(await self.invoke(addr, cmd, timeout_ms), addr)
 
     async def unregister_client(
         self,

@@ -21,6 +21,7 @@ from rmqk.engine.lite_pull.fetch import Fetcher
 from rmqk.engine.lite_pull.options import LitePullOptions, resolve_lite_pull_options
 from rmqk.engine.lite_pull.queues import QueueState, QueueTable, SubscriptionType
 from rmqk.engine.lite_pull.rebalance import LitePullRebalance
+from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.member import ConsumerMember
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import FlowControl, PullAPI
@@ -33,6 +34,7 @@ from rmqk.model import (
     ExpressionType,
     MessageQueue,
     ServiceState,
+    SubscriptionData,
     build_subscription,
 )
 from rmqk.options import ConsumerOptions, Where, check_group, check_topic
@@ -97,8 +99,13 @@ class AsyncLitePullConsumer(ConsumerMember):
 
     def subscribe(
         self, topic: str, expression: str | None = "*", expression_type: str = "TAG"
-    ) -> None:
-        """Subscribe to ``topic`` (tags ``"TagA || TagB"`` or SQL92); queues come by rebalance."""
+    ) -> asyncio.Future[None] | None:
+        """Subscribe to ``topic`` (tags ``"TagA || TagB"`` or SQL92); queues come by rebalance.
+
+        On a running consumer the returned future ends once the brokers know the
+        subscription; for SQL92 it raises SubscriptionRefusedError, with the
+        broker's reason, when a broker of the topic cannot filter by it.
+        """
         problem = check_topic(topic) if isinstance(topic, str) else "must be a string"
         if problem:
             raise ClientError(f"subscribe: topic {topic!r}: {problem}")
@@ -108,9 +115,20 @@ class AsyncLitePullConsumer(ConsumerMember):
         except ValueError as exc:
             raise ClientError(f"subscribe to {topic!r}: {exc}") from None
         self.queues.set_kind(SubscriptionType.SUBSCRIBE)
-        self.rebalance.subscription_inner[topic] = sub
-        if self.state is ServiceState.RUNNING:
-            self._spawn(self._after_subscribe(topic))
+        if self.state is not ServiceState.RUNNING:
+            self.rebalance.subscription_inner[topic] = sub
+            return None
+        if etype is ExpressionType.TAG:
+            self.rebalance.subscription_inner[topic] = sub
+            return self._spawn(self._after_subscribe(topic))
+        return self._spawn(self._subscribe_checked(sub))
+
+    async def _subscribe_checked(self, sub: SubscriptionData) -> None:
+        # SQL92 on a running consumer: taken only once a broker of the topic accepts it.
+        await self.client.update_topic_route(sub.topic)
+        await check_client_in_broker(self.client, self.group, [sub])
+        self.rebalance.subscription_inner[sub.topic] = sub
+        await self._after_subscribe(sub.topic)
 
     async def _after_subscribe(self, topic: str) -> None:
         await self.client.send_heartbeat_to_all_brokers()

@@ -13,6 +13,7 @@ from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.clients import ClientChannelInfo, parse_heartbeat
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
+from rmqk.plugins.broker.filtering import check_subscription
 from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import create_topic_in_send_back
 from rmqk.protocol import RemotingCommand, ResponseCode
@@ -47,6 +48,8 @@ class ClientManageProcessor(Processor):
             changed = self.ctx.clients.register_consumer(
                 consumer, self._channel(conn, hb.client_id, request), notify_enabled=True
             )
+            # ConsumerFilterManager hears every registration; it recompiles only on a new version.
+            self.ctx.filters.register_group(consumer.group, consumer.subscriptions)
             if changed:
                 log.info("consumer group %s changed by %s", consumer.group, hb.client_id)
         for group in hb.producer_groups:
@@ -59,6 +62,36 @@ class ClientManageProcessor(Processor):
         language = request.language
         language_name = str(getattr(language, "name", language))
         return ClientChannelInfo(conn, client_id, language_name, request.version)
+
+    def check_client_config(
+        self, conn: Connection, request: RemotingCommand, serialize_type: int
+    ) -> RemotingCommand:
+        """Whether this broker can filter a consumer's subscription (CheckClientRequestBody)."""
+        try:
+            body = jsonwire.loads(request.body) if request.body else None
+        except ValueError as exc:
+            return make_response(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"com.alibaba.fastjson.JSONException: bad CheckClientRequestBody ({exc})",
+            )
+        sub = body.get("subscriptionData") if isinstance(body, dict) else None
+        if not isinstance(sub, dict):
+            return make_response(request)
+        code, remark = check_subscription(
+            sub.get("expressionType"),
+            sub.get("subString"),
+            self.ctx.settings.enable_property_filter,
+        )
+        if code != ResponseCode.SUCCESS:
+            log.warning(
+                "Client %s@%s filter message, but failed to compile expression! sub=%s, error=%s",
+                body.get("clientId") if isinstance(body, dict) else None,
+                body.get("group") if isinstance(body, dict) else None,
+                sub,
+                remark,
+            )
+        return make_response(request, code, remark)
 
     def unregister_client(
         self, conn: Connection, request: RemotingCommand, serialize_type: int

@@ -14,6 +14,7 @@ import attrs
 
 from rmqk.plugins.broker.clients import ClientManager
 from rmqk.plugins.broker.commands import make_request
+from rmqk.plugins.broker.filtering import ConsumerFilters
 from rmqk.plugins.broker.locks import RebalanceLockManager
 from rmqk.plugins.broker.store.topics import TopicConfigs
 from rmqk.protocol import RequestCode
@@ -39,6 +40,8 @@ class BrokerSettings:
     retry_queue_nums: int = 1
     notify_consumer_ids_changed: bool = True
     call_client_timeout: float = 10.0
+    # BrokerConfig.enablePropertyFilter: SQL92 subscriptions are refused unless on.
+    enable_property_filter: bool = False
 
 
 class BrokerContext:
@@ -67,6 +70,7 @@ class BrokerContext:
             self._notify_consumer_ids_changed, channel_expiry=channel_expiry
         )
         self.locks = RebalanceLockManager(lock_expiry)
+        self.filters = ConsumerFilters()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def spawn(self, coro: Any) -> None:

@@ -70,6 +70,7 @@ class BrokerProcessors:
             RequestCode.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
             RequestCode.HEART_BEAT: client.heart_beat,
             RequestCode.UNREGISTER_CLIENT: client.unregister_client,
+            RequestCode.CHECK_CLIENT_CONFIG: client.check_client_config,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
             RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,

@@ -21,6 +21,7 @@ from rmqk.model import (
 )
 from rmqk.plugins.broker.commands import FAQ_SUFFIX, HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
+from rmqk.plugins.broker.filtering import ConsumerFilters, FilterData
 from rmqk.plugins.broker.longpoll import HeldPull, PullHoldService
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
 from rmqk.protocol import PullSysFlag, RemotingCommand, ResponseCode
@@ -68,7 +69,7 @@ class PullMessageProcessor(Processor):
 
     def _pull_subscription(
         self, request: RemotingCommand, h: Headers, group: str, topic: str, sys_flag: int
-    ) -> SubscriptionData | RemotingCommand:
+    ) -> tuple[SubscriptionData, FilterData | None] | RemotingCommand:
         if sys_flag & _PULL_SUBSCRIPTION:
             expression_type = h.opt_text("expressionType")
             sub = build_broker_subscription(topic, h.opt_text("subscription"), expression_type)
@@ -78,7 +79,13 @@ class PullMessageProcessor(Processor):
                     ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                     "parse the consumer's subscription failed",
                 )
-            return sub
+            if sub.expression_type is ExpressionType.TAG:
+                return sub, None
+            # As on Apache, an expression that does not compile leaves no filter at
+            # all (every message passes): CHECK_CLIENT_CONFIG is what refuses it.
+            return sub, ConsumerFilters.build(
+                topic, group, sub.sub_string, sub.expression_type, h.lenient_number("subVersion")
+            )
         info = self.ctx.clients.consumer_group(group)
         if info is None:
             return make_response(
@@ -99,7 +106,22 @@ class PullMessageProcessor(Processor):
                 ResponseCode.SUBSCRIPTION_NOT_LATEST,
                 "the consumer's subscription not latest",
             )
-        return found
+        if found.expression_type is ExpressionType.TAG:
+            return found, None
+        data = self.ctx.filters.get(topic, group)
+        if data is None:
+            return make_response(
+                request,
+                ResponseCode.FILTER_DATA_NOT_EXIST,
+                "The broker's consumer filter data is not exist!Your expression may be wrong!",
+            )
+        if data.client_version < h.lenient_number("subVersion"):
+            return make_response(
+                request,
+                ResponseCode.FILTER_DATA_NOT_LATEST,
+                "the consumer's consumer filter data not latest",
+            )
+        return found, data
 
     def _process_pull(
         self,
@@ -143,17 +165,25 @@ class PullMessageProcessor(Processor):
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{cfg.read_queue_nums}] consumer:[{_java_addr(conn)}]",
             )
-        sub = self._pull_subscription(request, h, group, topic, sys_flag)
-        if isinstance(sub, RemotingCommand):
-            return sub
-        if sub.expression_type is not ExpressionType.TAG:
+        found = self._pull_subscription(request, h, group, topic, sys_flag)
+        if isinstance(found, RemotingCommand):
+            return found
+        sub, filter_data = found
+        if (
+            sub.expression_type is not ExpressionType.TAG
+            and not self.ctx.settings.enable_property_filter
+        ):
             return make_response(
                 request,
                 ResponseCode.SYSTEM_ERROR,
                 "The broker does not support consumer to filter message by "
                 + sub.expression_type.value,
             )
-        tag_filter = _tag_filter(sub)
+        if sub.expression_type is ExpressionType.TAG:
+            tag_filter, rec_filter = _tag_filter(sub), None
+        else:
+            tag_filter = None
+            rec_filter = None if filter_data is None else filter_data.record_filter
         result = self.ctx.store.get_messages(
             topic,
             queue_id,
@@ -161,6 +191,7 @@ class PullMessageProcessor(Processor):
             max(0, min(max_msgs, self.ctx.settings.max_pull_msgs)),
             max_total_bytes=self.ctx.settings.max_pull_bytes,
             tag_filter=tag_filter,
+            record_filter=rec_filter,
         )
         status = str(getattr(result.status, "name", result.status))
         if status in _EMPTY_QUEUE_STATUSES:
@@ -182,8 +213,10 @@ class PullMessageProcessor(Processor):
                     timeout=suspend_ms / 1000.0,
                     # Without a filter every arrival matches (no scan needed to know).
                     has_match=None
-                    if tag_filter is None
-                    else lambda: self._has_match(topic, queue_id, queue_offset, tag_filter),
+                    if tag_filter is None and rec_filter is None
+                    else lambda: self._has_match(
+                        topic, queue_id, queue_offset, tag_filter, rec_filter
+                    ),
                 )
             )
         else:
@@ -213,8 +246,12 @@ class PullMessageProcessor(Processor):
             )
         return answer
 
-    def _has_match(self, topic: str, queue_id: int, offset: int, tag_filter: Any) -> bool:
-        result = self.ctx.store.get_messages(topic, queue_id, offset, 1, tag_filter=tag_filter)
+    def _has_match(
+        self, topic: str, queue_id: int, offset: int, tag_filter: Any, rec_filter: Any
+    ) -> bool:
+        result = self.ctx.store.get_messages(
+            topic, queue_id, offset, 1, tag_filter=tag_filter, record_filter=rec_filter
+        )
         return str(getattr(result.status, "name", result.status)) == "FOUND"
 
     def _max_offset(self, topic: str, queue_id: int) -> int:

@@ -12,6 +12,7 @@ class Sql92Error(ValueError):
     ``toString()``, class name first, as ``MQFilterException.getMessage()`` gives it.
     """
 
-    def __init__(self, remark: str) -> None:
-        super().__init__(remark)
+    def __init__(self, remark: str | None) -> None:
+        # None where Java's exception has no message (a NullPointerException).
+        super().__init__(remark or "java.lang.NullPointerException")
         self.remark = remark

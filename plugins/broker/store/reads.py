@@ -44,6 +44,7 @@ class StoreReads:
         max_msgs: int,
         max_total_bytes: int = 256 * 1024,
         tag_filter: Callable[[int], bool] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         """DefaultMessageStore.getMessage: up to ``max_msgs`` records from ``offset``.
 
@@ -52,6 +53,7 @@ class StoreReads:
         skipped, and at most max(800, max_msgs) entries of one consume queue
         file are examined, so a pull over non-matching messages answers
         NO_MATCHED_MESSAGE with ``next_begin_offset`` moved past them.
+        ``record_filter`` then judges each stored record (isMatchedByCommitLog).
         An unknown queue answers like an empty one (NO_MESSAGE_IN_QUEUE), since
         Java creates consume queues on lookup; NO_MATCHED_LOGIC_QUEUE is never
         produced.
@@ -98,7 +100,11 @@ class StoreReads:
         append = records.append
         total = 0
         scanned = 0
-        if tag_filter is None and ENTRY.unpack_from(entries)[0] >= log_.min_offset:
+        if (
+            tag_filter is None
+            and record_filter is None
+            and ENTRY.unpack_from(entries)[0] >= log_.min_offset
+        ):
             # The common pull: no filter, nothing removed (entries only grow, so if the
             # first is still in the log, all are). Only the size cap can stop early.
             count = min(scan, max(max_msgs, 1))
@@ -158,7 +164,13 @@ class StoreReads:
             if 0 <= idx < n_segments and size > 0 and phys + size <= write_end:
                 seg = segments[idx]
                 pos = phys - seg.base
-                append(seg.mm[pos : pos + size])
+                record = seg.mm[pos : pos + size]
+                if record_filter is not None and not record_filter(record):
+                    if not total:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
+                    scanned += 1
+                    continue
+                append(record)
                 total += size
                 count += 1
                 status = GetMessageStatus.FOUND
