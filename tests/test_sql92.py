@@ -124,6 +124,7 @@ TABLE: list[tuple[str, object]] = [
     ("(a > 1) = (b = 'abc')", True),
     # Lexical details: trailing tokens ignored, comments, case-insensitive keywords.
     ("a > 5 trailing words", False),
+    ("a > 4 LIMIT 3", True),
     ("a LIKE 'x%'", False),  # parses as the bare property a
     ("a > 4 -- a comment\n", True),
     ("a /* a comment */ > 4", True),
@@ -148,6 +149,7 @@ INVALID: list[tuple[str, str]] = [
     ("NULL = a", "'NULL' cannot be compared."),
     ("a <> NULL", "'NULL' cannot be compared."),
     ("b > 'a'", "Value ''a'' cannot be compared."),
+    ("'x' > 'y'", "Value ''x'' cannot be compared."),
     ("a > TRUE", "Value 'TRUE' cannot be compared."),
     ("a > NULL", "Value 'NULL' cannot be compared."),
     ("NOT a > 5", "Value '(NOT a)' cannot be compared."),
@@ -204,6 +206,16 @@ def test_invalid(expression: str, reason: str) -> None:
     assert reason in caught.value.remark
     # The remark names the Java exception class, as MQFilterException.getMessage() does.
     assert caught.value.remark.split(":")[0].startswith(("java.lang.", "org.apache.rocketmq."))
+
+
+def test_the_concepts_page_example() -> None:
+    selector = compile_selector("region = 'eu' AND amount > 100.0")
+    assert selector.matches({"region": "eu", "amount": "250"})
+    assert selector.matches({"region": "eu", "amount": "100.5"})
+    assert not selector.matches({"region": "us", "amount": "250"})
+    assert not selector.matches({"amount": "250"})
+    # With an Integer literal, "100.5" cannot be converted: the message is not selected.
+    assert not compile_selector("amount > 100").matches({"amount": "100.5"})
 
 
 def test_no_properties_at_all() -> None:

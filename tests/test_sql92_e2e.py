@@ -28,7 +28,7 @@ from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.sync import PushConsumer
 from rmqk.errors import RmqkError, SubscriptionRefusedError
 from rmqk.message import Message, MessageExt
-from rmqk.model import ServiceState
+from rmqk.model import ConsumeStatus, ServiceState
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
 from rmqk.protocol import ResponseCode
@@ -169,6 +169,46 @@ async def test_invalid_sql_fails_start_with_the_brokers_reason(
     again.subscribe("SqlBad", "a = 1", "SQL92")
     await again.start()
     await (again.shutdown() if kind == "push" else again.close())
+
+
+async def test_a_topic_without_a_route_is_not_checked(filtering_broker: Any) -> None:
+    """As Java's checkClientInBroker: no broker of the topic is known, so none is asked."""
+    c = lite(filtering_broker, "g-no-route")
+    c.subscribe("NoSuchTopic", "a = NULL", "SQL92")
+    async with c:
+        assert c.state is ServiceState.RUNNING
+
+
+async def test_retry_redelivers_a_matching_message(tmp_path: Path) -> None:
+    """Retry topics are not filtered (filterSupportRetry off, Apache's default)."""
+    async with EmbeddedBroker(
+        tmp_path / "retry",
+        namesrv_port=0,
+        broker_port=0,
+        enable_property_filter=True,
+        delay_levels=" ".join(["100ms"] * 18),
+    ) as broker:
+        await create_topic(broker, "SqlRetry", 1)
+        await send_all(broker.namesrv_addr, "SqlRetry")
+        deliveries: list[tuple[int, int]] = []
+        c = push_consumer(broker, "g-sql-retry")
+        c.subscribe("SqlRetry", "n = 7 OR n = 8", "SQL92")
+
+        @c.register_listener
+        def handle(messages: list[MessageExt]) -> ConsumeStatus:
+            for m in messages:
+                deliveries.append((int(m.get_property("n") or "-1"), m.reconsume_times))
+            if any(m.get_property("n") == "8" and m.reconsume_times == 0 for m in messages):
+                return ConsumeStatus.RECONSUME_LATER
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        await c.start()
+        try:
+            await wait_for(lambda: (8, 1) in deliveries, 30, "the retried message")
+            await asyncio.sleep(0.5)
+        finally:
+            await c.shutdown()
+        assert sorted(deliveries) == [(7, 0), (8, 0), (8, 1)]
 
 
 @pytest.mark.parametrize("kind", ["push", "lite"])
