@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.lite_pull import seek as seeking
 from rmqk.engine.lite_pull.buffer import PollBuffer
 from rmqk.engine.lite_pull.commit import Committer
@@ -21,7 +22,6 @@ from rmqk.engine.lite_pull.fetch import Fetcher
 from rmqk.engine.lite_pull.options import LitePullOptions, resolve_lite_pull_options
 from rmqk.engine.lite_pull.queues import QueueState, QueueTable, SubscriptionType
 from rmqk.engine.lite_pull.rebalance import LitePullRebalance
-from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.member import ConsumerMember
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import FlowControl, PullAPI
