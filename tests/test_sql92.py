@@ -317,3 +317,32 @@ def test_any_text_compiles_or_is_refused_with_a_reason(text: str) -> None:
         assert exc.remark
     else:
         assert selector.matches({"a": "1"}) in (True, False)
+
+
+def test_broker_filters_compile_once_per_subscription_version() -> None:
+    from rmqk.model import ExpressionType
+    from rmqk.plugins.broker.filtering import ConsumerFilters
+
+    filters = ConsumerFilters()
+    filters.register("T", "g", "a > 1", ExpressionType.SQL92, 10)
+    first = filters.get("T", "g")
+    assert first is not None and first.client_version == 10
+    # Every heartbeat repeats the subscription: nothing is rebuilt.
+    filters.register("T", "g", "a > 1", ExpressionType.SQL92, 10)
+    assert filters.get("T", "g") is first
+    # An older version never replaces a newer one.
+    filters.register("T", "g", "a > 2", ExpressionType.SQL92, 9)
+    assert filters.get("T", "g") is first
+    # A newer version of the same text keeps the compiled selector.
+    filters.register("T", "g", "a > 1", ExpressionType.SQL92, 11)
+    again = filters.get("T", "g")
+    assert again is not None and again.client_version == 11 and again.selector is first.selector
+    # A new text compiles; one that does not compile drops the filter (pulls then report it).
+    filters.register("T", "g", "a > 2", ExpressionType.SQL92, 12)
+    changed = filters.get("T", "g")
+    assert changed is not None and changed.expression == "a > 2"
+    filters.register("T", "g", "a >", ExpressionType.SQL92, 13)
+    assert filters.get("T", "g") is None
+    # Tag subscriptions are not the filter manager's business.
+    filters.register("T", "g2", "TagA", ExpressionType.TAG, 1)
+    assert filters.get("T", "g2") is None

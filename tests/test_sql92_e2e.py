@@ -394,3 +394,91 @@ def test_rmqk_broker_without_the_flag_refuses_sql92(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+def _sql_heartbeat(group: str, topic: str, expression: str, version: int) -> bytes:
+    import json
+
+    sub = {
+        "classFilterMode": False,
+        "codeSet": [],
+        "expressionType": "SQL92",
+        "subString": expression,
+        "subVersion": version,
+        "tagsSet": [],
+        "topic": topic,
+    }
+    consumer = {
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        "consumeType": "CONSUME_PASSIVELY",
+        "groupName": group,
+        "messageModel": "CLUSTERING",
+        "subscriptionDataSet": [sub],
+        "unitMode": False,
+    }
+    body = {"clientID": "raw@1", "consumerDataSet": [consumer], "producerDataSet": []}
+    return json.dumps(body).encode()
+
+
+async def test_pulls_by_heartbeat_use_the_compiled_filter_data(filtering_broker: Any) -> None:
+    """Without the subscription flag a pull uses what the heartbeat registered (Apache's order)."""
+    from test_broker_support import RawClient
+
+    from rmqk.protocol import RequestCode
+
+    await create_topic(filtering_broker, "SqlRaw", 1)
+    await send_all(filtering_broker.namesrv_addr, "SqlRaw")
+    client = await RawClient.connect(filtering_broker.broker_addr)
+    try:
+        ok = await client.call(
+            RequestCode.HEART_BEAT, body=_sql_heartbeat("g-raw", "SqlRaw", "a >", 1)
+        )
+        assert ok.code == ResponseCode.SUCCESS
+        refused = await client.pull("SqlRaw", group="g-raw", subscription=None)
+        assert refused.code == ResponseCode.FILTER_DATA_NOT_EXIST
+        assert refused.remark == (
+            "The broker's consumer filter data is not exist!Your expression may be wrong!"
+        )
+        body = _sql_heartbeat("g-raw", "SqlRaw", "n BETWEEN 10 AND 12", 2)
+        assert (await client.call(RequestCode.HEART_BEAT, body=body)).code == ResponseCode.SUCCESS
+        found = await client.pull("SqlRaw", group="g-raw", subscription=None)
+        assert found.code == ResponseCode.SUCCESS
+        from test_broker_support import messages_of
+
+        assert [m.get_property("n") for m in messages_of(found)] == ["10", "11", "12"]
+    finally:
+        await client.close()
+
+
+async def test_check_client_config_answers_as_apache(filtering_broker: Any) -> None:
+    import json
+
+    from test_broker_support import RawClient
+
+    from rmqk.protocol import RequestCode
+
+    def body(sub: dict[str, Any] | None) -> bytes:
+        return json.dumps({"clientId": "c", "group": "g", "subscriptionData": sub}).encode()
+
+    client = await RawClient.connect(filtering_broker.broker_addr)
+    try:
+        empty = await client.call(RequestCode.CHECK_CLIENT_CONFIG)
+        assert (empty.code, empty.remark) == (ResponseCode.SUCCESS, None)
+        tag = await client.call(
+            RequestCode.CHECK_CLIENT_CONFIG,
+            body=body({"topic": "T", "subString": "a >", "expressionType": "TAG"}),
+        )
+        assert tag.code == ResponseCode.SUCCESS  # a tag expression is never checked
+        good = await client.call(
+            RequestCode.CHECK_CLIENT_CONFIG,
+            body=body({"topic": "T", "subString": "a > 1", "expressionType": "SQL92"}),
+        )
+        assert good.code == ResponseCode.SUCCESS
+        # No filter of that type is registered: Apache's NullPointerException has no message.
+        unknown = await client.call(
+            RequestCode.CHECK_CLIENT_CONFIG,
+            body=body({"topic": "T", "subString": "a > 1", "expressionType": "XYZ"}),
+        )
+        assert (unknown.code, unknown.remark) == (ResponseCode.SUBSCRIPTION_PARSE_FAILED, None)
+    finally:
+        await client.close()
