@@ -28,6 +28,7 @@ from rmqk.logsetup import FORMATS, LEVELS, configure_logging
 
 __all__ = ["Command", "build_parser", "error_line", "log_handler", "main"]
 
+
 @attrs.frozen
 class Command:
     """One ``rmqk`` sub-command.

@@ -50,8 +50,7 @@ REFUSED = [
     (
         "python-function",
         'sink = "python"\nsink_options = { function = "no_such_module_x:f" }\n',
-        "[consumers.orders.sink_options] function: python: cannot import module "
-        "'no_such_module_x'",
+        "[consumers.orders.sink_options] function: python: cannot import module 'no_such_module_x'",
     ),
     (
         "sink-options",
@@ -80,7 +79,9 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("body", "expected"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
+@pytest.mark.parametrize(
+    ("body", "expected"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED]
+)
 def test_check_refuses_what_run_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, expected: str
 ) -> None:

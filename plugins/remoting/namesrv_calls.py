@@ -72,18 +72,28 @@ class NameServerCalls(RemotingClient):
         to the next one, trying each at most once. Returns (address, response)."""
         if not self._namesrv_addrs:
             raise RemotingConnectError("no name server address is configured (namesrv_addrs)")
-        failure: RemotingError | None = None
-        for _ in range(len(self._namesrv_addrs)):
+        failures: dict[str, RemotingError] = {}
+        tries = len(self._namesrv_addrs)
+        for attempt in range(tries):
             addr = self._choose_namesrv()
             try:
                 return addr, await self.invoke(addr, make_request(), timeout_ms)
             except RemotingError as exc:
-                log.warning("name server %s failed, trying the next one: %s", addr, exc)
-                failure = exc
+                failures[addr] = exc
                 if self._namesrv_chosen == addr:
                     self._namesrv_chosen = None
-        assert failure is not None
-        raise failure
+                if attempt < tries - 1:
+                    log.warning("name server %s failed, trying the next one: %s", addr, exc)
+                else:
+                    # No name server is left to try: the client instance says so, once
+                    # per change of state, rather than every request.
+                    log.debug("name server %s failed: %s", addr, exc)
+        if len(failures) == 1:
+            raise next(iter(failures.values()))
+        last = list(failures.values())[-1]
+        # Sorted, so the same outage reads the same whatever the shuffled order.
+        detail = "; ".join(f"{addr}: {exc}" for addr, exc in sorted(failures.items()))
+        raise type(last)(f"no name server answered ({detail})") from last
 
     async def get_route(self, topic: str, timeout_ms: int | None = None) -> TopicRouteData | None:
         def make() -> RemotingCommand:
