@@ -31,6 +31,7 @@ PRINTING_MODULES = {
     "kernel/cli.py",
     "kernel/engine/produce_tool.py",
     "kernel/hookcalls.py",  # RMQK_TRACE_PLUGINS prints hook calls, as datasette does
+    "plugins/broker/admin_cli.py",  # rmqk admin, split out of plugins/broker/cli.py
     "plugins/broker/cli.py",
     "plugins/spark/demo.py",
     "plugins/status/__init__.py",

@@ -350,22 +350,12 @@ class ClientInstance:
         return ", ".join(self.config.namesrv_addrs) or "(none configured)"
 
     def _namesrv_unreachable(self, exc: RmqkError) -> None:
-        error = str(exc)
-        if error == self.namesrv_error:
-            return
-        self.namesrv_error = error
-        log.warning(
-            "name server %s unreachable: %s; retrying every %.0f s",
-            self.namesrv_text,
-            error,
-            min(self.config.poll_name_server_interval_ms, NAMESRV_RETRY_MS) / 1000,
-        )
+        # The transport logs each name server's failure once; the state is kept here
+        # for the summary line and `rmqk status`.
+        self.namesrv_error = str(exc)
 
     def _namesrv_reachable(self) -> None:
-        if self.namesrv_error is None:
-            return
         self.namesrv_error = None
-        log.warning("name server %s reachable again", self.namesrv_text)
 
     def _clean_offline_brokers(self) -> None:
         referenced = {
