@@ -205,7 +205,8 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         examples=("rmqk plugins", "rmqk plugins --json | jq '.registered.sink'"),
     ),
     "check": Command(
-        help="validate config files and print the consumers they compose",
+        help="validate config files as rmqk run does (short of connecting) and print the "
+        "consumers they compose, as TOML",
         run=_cmd_check,
         add_arguments=_cmd_check_args,
         examples=(
