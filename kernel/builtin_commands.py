@@ -94,16 +94,18 @@ def _cmd_check_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from rmqk.config import announce_config, describe_config, load_config
+    from rmqk.cli import error_line
+    from rmqk.config import describe_config, load_config
+    from rmqk.preflight import preflight
 
     status = 0
     for path in args.config:
         try:
             config = load_config(path)
-            # Plugins validate their own tables (e.g. [acl]) when they receive the config.
-            announce_config(config)
+            # What `rmqk run` builds before connecting, built here the same way.
+            preflight(config)
         except RmqkError as exc:
-            print(str(exc), file=sys.stderr)
+            print(error_line(exc), file=sys.stderr)
             status = 1
             continue
         print(describe_config(config, as_json=args.json))
@@ -203,7 +205,8 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         examples=("rmqk plugins", "rmqk plugins --json | jq '.registered.sink'"),
     ),
     "check": Command(
-        help="validate config files and print the consumers they compose",
+        help="validate config files as rmqk run does (short of connecting) and print the "
+        "consumers they compose, as TOML",
         run=_cmd_check,
         add_arguments=_cmd_check_args,
         examples=(

@@ -26,7 +26,8 @@ from rmqk import __version__
 from rmqk.errors import ConfigError, RmqkError
 from rmqk.logsetup import FORMATS, LEVELS, configure_logging
 
-__all__ = ["Command", "build_parser", "log_handler", "main"]
+__all__ = ["Command", "build_parser", "error_line", "log_handler", "main"]
+
 
 @attrs.frozen
 class Command:
@@ -120,7 +121,8 @@ def log_handler() -> logging.StreamHandler[Any] | None:
     return _log_handler
 
 
-def _error_line(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
+    """How rmqk reports an error on stderr: one ``rmqk: error:`` line, or a list of problems."""
     if isinstance(exc, ConfigError) and len(exc.problems) == 1:
         return f"rmqk: error: {exc.problems[0]}"
     if isinstance(exc, RmqkError):
@@ -155,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return run_bench(args_list[1:])
         except RmqkError as exc:
-            print(_error_line(exc), file=sys.stderr)
+            print(error_line(exc), file=sys.stderr)
             return 1
     try:
         parser = build_parser()
@@ -178,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        print(_error_line(exc), file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 1
 
 

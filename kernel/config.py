@@ -13,6 +13,7 @@ saying what is allowed.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import time
@@ -477,8 +478,32 @@ def _rows(spec: ConsumerSpec) -> list[tuple[str, Any, bool]]:
     return rows
 
 
+def toml_value(value: object) -> str:
+    """``value`` as TOML that reads back the same, enums by their quoted name."""
+    if isinstance(value, enum.Enum):
+        return toml_value(value.name)
+    if isinstance(value, str):
+        # JSON's string escapes are all TOML escapes; DEL is the one control
+        # character JSON leaves raw and TOML does not allow.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        inner = ", ".join(
+            f"{render_key(k)} = {toml_value(v)}" for k, v in value.items() if v is not None
+        )
+        return "{ " + inner + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return render_value(value)
+
+
 def describe_config(config: Config, as_json: bool = False) -> str:
-    """The resolved composition: every option of every consumer, and where it came from."""
+    """The resolved composition: every option of every consumer, and where it came from.
+
+    The text form is TOML that ``rmqk check`` accepts back and that composes the
+    same consumers: every value is written, options left at their default too.
+    """
     if as_json:
         return json.dumps(_as_json(config), indent=2, default=str)
     count = len(config.consumers)
@@ -495,7 +520,7 @@ def describe_config(config: Config, as_json: bool = False) -> str:
                 continue
             if key == "offset_store" and not from_file:
                 source = f"default for {spec.message_model.name}"
-            body.append((f"{key} = {render_value(value)}", source))
+            body.append((f"{key} = {toml_value(value)}", source))
         width = min(max(len(text) for text, _ in body), 72)
         lines.extend(f"{text:<{width}}  # {source}" for text, source in body)
     return "\n".join(lines)

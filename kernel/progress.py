@@ -77,6 +77,11 @@ class ConsumerProgress:
     state: str
     queues: tuple[QueueProgress, ...]
     topics: tuple[TopicCounters, ...]
+    # The name servers, and why none answered the last route request (None: one did).
+    namesrv: str = ""
+    namesrv_error: str | None = None
+    # Times a queue was held back by the consumer's flow control so far.
+    flow_control_events: int = 0
 
     @property
     def consumed_ok(self) -> int:
@@ -146,12 +151,17 @@ def snapshot(
         for topic, s in sorted(consumer.stats.topics.items())
     )
     state = getattr(consumer.state, "value", str(consumer.state))
+    client = getattr(consumer, "client", None)
+    flow = getattr(consumer, "flow", None)
     return ConsumerProgress(
         group=consumer.group,
         client_id=str(consumer.client_id),
         state=str(state),
         queues=queues,
         topics=topics,
+        namesrv=str(getattr(client, "namesrv_text", "")),
+        namesrv_error=getattr(client, "namesrv_error", None),
+        flow_control_events=int(getattr(flow, "events", 0)),
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.config import Config, ConsumerSpec, announce_config
+from rmqk.config import Config, ConsumerSpec
 from rmqk.contracts import BufferedSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import ClientError, ConfigError
@@ -19,6 +19,7 @@ from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
 from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
+from rmqk.preflight import preflight
 
 __all__ = ["ComposedConsumer", "install_stop_signals", "run_config", "widen_for_sink"]
 
@@ -102,7 +103,6 @@ async def run_config(
     on_started: Callable[[Sequence[ComposedConsumer]], None] | None = None,
 ) -> None:
     """Start every composed consumer (or those named), run until ``stop`` is set, stop them."""
-    announce_config(config)
     specs = [s for s in config.consumers if not names or s.name in names]
     if names:
         missing = sorted(set(names) - {s.name for s in specs})
@@ -111,6 +111,8 @@ async def run_config(
             raise ClientError(
                 f"no consumer named {', '.join(missing)} in {config.path}; consumers: {known}"
             )
+    # The same checks as `rmqk check`, every problem at once, before anything connects.
+    preflight(config, specs)
     running: list[ComposedConsumer] = []
     try:
         for spec in specs:

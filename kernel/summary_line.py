@@ -19,7 +19,9 @@ log = logging.getLogger("rmqk.cli")
 class SummaryLine:
     """One line on a terminal, redrawn every ``interval`` seconds, saying how each consumer does.
 
-    ``orders: 8 queues, 12,345 consumed (1,234/s), 0 failed, 32 cached, lag 1,200``.
+    ``orders: 8 queues, 12,345 consumed (1,234/s), 0 failed, 32 cached, lag 1,200``, with
+    ``flow control 12/s`` before the lag while queues are held back, or ``orders: name
+    server 10.0.0.5:9876 unreachable (...), retrying`` while no name server answers.
     Log records written to the same terminal first clear the line (see :meth:`stream`).
     """
 
@@ -36,6 +38,7 @@ class SummaryLine:
         self.lag_interval = lag_interval
         self._shown = False
         self._last: dict[str, tuple[float, int]] = {}
+        self._last_flow: dict[str, tuple[float, int]] = {}
         self._max_offsets: dict[str, dict[Any, int]] = {}
 
     def render(self, now: float | None = None) -> str:
@@ -51,10 +54,22 @@ class SummaryLine:
             rate = (done - before) / (now - then) if now > then else 0.0
             self._last[name] = (now, done)
             lag = progress.lag
+            if progress.namesrv_error is not None:
+                # Without routes every other figure is zero or unknown: say why instead.
+                parts.append(
+                    f"{name}: name server {progress.namesrv} unreachable "
+                    f"({progress.namesrv_error}), retrying"
+                )
+                continue
+            held = progress.flow_control_events
+            held_then = self._last_flow.get(name, (now, held))
+            self._last_flow[name] = (now, held)
+            held_rate = (held - held_then[1]) / (now - held_then[0]) if now > held_then[0] else 0
+            flow = f", flow control {held_rate:,.0f}/s" if held_rate >= 0.5 else ""
             parts.append(
                 f"{name}: {len(progress.queues)} queues, {done:,} consumed ({rate:,.0f}/s), "
-                f"{progress.consumed_failed:,} failed, {progress.cached_messages:,} cached, "
-                f"lag {'?' if lag is None else f'{lag:,}'}"
+                f"{progress.consumed_failed:,} failed, {progress.cached_messages:,} cached"
+                f"{flow}, lag {'?' if lag is None else f'{lag:,}'}"
             )
         return " | ".join(parts)
 

@@ -483,7 +483,8 @@ def test_cli_broker_acl_error_and_check_output_hide_secrets(tmp_path: Path) -> N
     config.write_text(
         f'[acl]\naccess_key = "{USER.access_key}"\nsecret_key = "{USER.secret_key}"\n\n'
         '[consumers.orders]\ngroup = "g"\nnamesrv_addr = "127.0.0.1:9876"\n'
-        'subscription = { Orders = "*" }\n'
+        'subscription = { Orders = "*" }\nsink = "jsonl"\n'
+        'sink_options = { path = "out.jsonl" }\n'
     )
     for extra in ([], ["--json"], ["--log-level", "DEBUG"]):
         run = subprocess.run(

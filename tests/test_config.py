@@ -56,31 +56,36 @@ def only_problem(path: Path) -> ConfigProblem:
     return problems[0]
 
 
+def fake_factory(*args: Any, **kwargs: Any) -> object:
+    """A plugin factory that takes any options: `rmqk check` builds what it names."""
+    return object()
+
+
 class FakePlugins:
     """Registers one name of every kind, so plugin-name checks are deterministic."""
 
     @hookimpl
     def rmqk_register_allocation_strategies(self, register: Any) -> None:
-        register("AVG", object)
-        register("AVG_BY_CIRCLE", object)
+        register("AVG", fake_factory)
+        register("AVG_BY_CIRCLE", fake_factory)
 
     @hookimpl
     def rmqk_register_offset_stores(self, register: Any) -> None:
-        register("remote-broker", object)
-        register("local-file", object)
+        register("remote-broker", fake_factory)
+        register("local-file", fake_factory)
 
     @hookimpl
     def rmqk_register_transports(self, register: Any) -> None:
-        register("tcp", object)
+        register("tcp", fake_factory)
 
     @hookimpl
     def rmqk_register_consume_services(self, register: Any) -> None:
-        register("concurrent", object)
+        register("concurrent", fake_factory)
 
     @hookimpl
     def rmqk_register_sinks(self, register: Any) -> None:
-        register("jsonl", object)
-        register("spark", object)
+        register("jsonl", fake_factory)
+        register("spark", fake_factory)
 
 
 @pytest.fixture
@@ -375,26 +380,26 @@ class ExamplePlugins:
     @hookimpl
     def rmqk_register_allocation_strategies(self, register: Any) -> None:
         for name in ("AVG", "AVG_BY_CIRCLE"):
-            register(name, object)
+            register(name, fake_factory)
 
     @hookimpl
     def rmqk_register_offset_stores(self, register: Any) -> None:
         for name in ("remote-broker", "local-file"):
-            register(name, object)
+            register(name, fake_factory)
 
     @hookimpl
     def rmqk_register_transports(self, register: Any) -> None:
-        register("tcp", object)
+        register("tcp", fake_factory)
 
     @hookimpl
     def rmqk_register_consume_services(self, register: Any) -> None:
         for name in ("concurrent", "orderly"):
-            register(name, object)
+            register(name, fake_factory)
 
     @hookimpl
     def rmqk_register_sinks(self, register: Any) -> None:
         for name in ("spark", "jsonl", "python"):
-            register(name, object)
+            register(name, fake_factory)
 
 
 def test_rmqk_check_passes_all_examples_once_their_plugins_exist(
@@ -471,7 +476,7 @@ def test_rmqk_check_fails_with_every_message_on_stderr(
     captured = capsys.readouterr()
     assert captured.out == ""
     err = captured.err
-    assert err.startswith("5 problems in config:\n")
+    assert err.startswith("rmqk: error: 5 problems in config:\n")
     assert f"{bad}: [consumers.orders] message_model: 'clustering' is not allowed" in err
     assert f"{bad}: [consumers.orders] pull_batch_size: pull_batch_size Out of range" in err
     assert f"{bad}: [consumers.refunds] namesrv_addr: required key is missing" in err

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from rmqk.errors import ClientError, RmqkError
+from rmqk.errors import ClientError, RemotingError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import (
     MASTER_ID,
@@ -41,9 +41,19 @@ from rmqk.transport import (
     TransportConfig,
 )
 
-__all__ = ["ClientConfig", "ClientInstance", "FindBrokerResult", "build_client_id", "client_ip"]
+__all__ = [
+    "NAMESRV_RETRY_MS",
+    "ClientConfig",
+    "ClientInstance",
+    "FindBrokerResult",
+    "build_client_id",
+    "client_ip",
+]
 
 log = logging.getLogger("rmqk.engine.client")
+
+# How soon routes are asked for again while no name server answers.
+NAMESRV_RETRY_MS = 3000
 
 
 def client_ip() -> str:
@@ -164,6 +174,8 @@ class ClientInstance:
         self._route_lock = asyncio.Lock()
         self._loop_id = id(asyncio.get_running_loop())
         self.inner_producer: Any = None
+        # Why no name server answered the last route request; None once one did.
+        self.namesrv_error: str | None = None
 
     # -- instance table ---------------------------------------------------------
 
@@ -190,7 +202,13 @@ class ClientInstance:
         c = self.config
         self._tasks = [
             self._every(
-                10, c.poll_name_server_interval_ms, self.update_all_routes, "route refresh"
+                10,
+                c.poll_name_server_interval_ms,
+                self.update_all_routes,
+                "route refresh",
+                # While no name server answers, ask again soon: consuming starts as soon
+                # as one does, not a whole poll interval later.
+                lambda: NAMESRV_RETRY_MS if self.namesrv_error is not None else None,
             ),
             self._every(1000, c.heartbeat_broker_interval_ms, self._heartbeat_task, "heartbeat"),
             self._every(
@@ -220,7 +238,12 @@ class ClientInstance:
         self._instances.pop((self._loop_id, self.client_id), None)
 
     def _every(
-        self, initial_ms: int, period_ms: int, fn: Callable[[], Awaitable[Any]], what: str
+        self,
+        initial_ms: int,
+        period_ms: int,
+        fn: Callable[[], Awaitable[Any]],
+        what: str,
+        sooner_ms: Callable[[], int | None] = lambda: None,
     ) -> asyncio.Task[None]:
         async def loop() -> None:
             await asyncio.sleep(initial_ms / 1000)
@@ -231,7 +254,10 @@ class ClientInstance:
                     raise
                 except Exception:
                     log.warning("scheduled task %s failed", what, exc_info=True)
-                await asyncio.sleep(period_ms / 1000)
+                sooner = sooner_ms()
+                await asyncio.sleep(
+                    (period_ms if sooner is None else min(period_ms, sooner)) / 1000
+                )
 
         return asyncio.get_running_loop().create_task(loop(), name=f"rmqk {what}")
 
@@ -287,10 +313,16 @@ class ClientInstance:
         async with self._route_lock:
             try:
                 route = await self.transport.get_route(topic, 3000)
+            except RemotingError as exc:
+                # No name server answered: one notice for the client, not one per topic.
+                self._namesrv_unreachable(exc)
+                return False
             except RmqkError as exc:
+                self._namesrv_reachable()
                 if not topic.startswith("%RETRY%"):
                     log.warning("route of topic %s not available: %s", topic, exc)
                 return False
+            self._namesrv_reachable()
             if route is None:
                 if not topic.startswith("%RETRY%"):
                     log.debug("topic %s has no route", topic)
@@ -312,6 +344,18 @@ class ClientInstance:
                 producer.update_topic_publish_info(topic, route)
             self.route_table[topic] = route
             return True
+
+    @property
+    def namesrv_text(self) -> str:
+        return ", ".join(self.config.namesrv_addrs) or "(none configured)"
+
+    def _namesrv_unreachable(self, exc: RmqkError) -> None:
+        # The transport logs each name server's failure once; the state is kept here
+        # for the summary line and `rmqk status`.
+        self.namesrv_error = str(exc)
+
+    def _namesrv_reachable(self) -> None:
+        self.namesrv_error = None
 
     def _clean_offline_brokers(self) -> None:
         referenced = {

@@ -48,7 +48,8 @@ PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
 # The broker answered FLOW_CONTROL: it is busy, ask again soon.
 PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL = 20
 _MIB = 1024 * 1024
-# Java logs a flow-control notice on the 1st, 1001st, ... time a queue is held back.
+# Java logs a flow-control notice on the 1st, 1001st, ... time the consumer holds a
+# queue back (one counter per consumer, not per queue: queueFlowControlTimes).
 _NOTICE_EVERY = 1000
 
 
@@ -63,7 +64,16 @@ class FlowControl:
     thresholds are divided across the queues it holds.
     """
 
-    __slots__ = ("all_messages", "batch_size", "count", "log", "size_mib", "span")
+    __slots__ = (
+        "all_messages",
+        "batch_size",
+        "count",
+        "log",
+        "size_mib",
+        "span",
+        "span_times",
+        "times",
+    )
 
     def __init__(
         self,
@@ -82,6 +92,15 @@ class FlowControl:
         self.span = span
         self.all_messages = all_messages
         self.batch_size = batch_size
+        # Queues held back for their count or size, and for their span, over the
+        # consumer's life: the notices are rate-limited on these, the summary shows them.
+        self.times = 0
+        self.span_times = 0
+
+    @property
+    def events(self) -> int:
+        """Every time a queue was held back so far."""
+        return self.times + self.span_times
 
     def blocks(self, pq: ProcessQueue, mq: MessageQueue, buffered_batches: int = 0) -> bool:
         """True when ``mq`` must wait :data:`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL`."""
@@ -91,7 +110,8 @@ class FlowControl:
             return True
         if pq.msg_count > self.count:
             pq.flow_control_times += 1
-            if pq.flow_control_times % _NOTICE_EVERY == 1:
+            self.times += 1
+            if self.times % _NOTICE_EVERY == 1:
                 self.log.warning(
                     "the cached message count exceeds the threshold %d, so do flow control, "
                     "%s, count=%d",
@@ -102,10 +122,20 @@ class FlowControl:
             return True
         if pq.msg_size // _MIB > self.size_mib:
             pq.flow_control_times += 1
+            self.times += 1
+            if self.times % _NOTICE_EVERY == 1:
+                self.log.warning(
+                    "the cached message size exceeds the threshold %d MiB, so do flow control, "
+                    "%s, size=%d MiB",
+                    self.size_mib,
+                    mq,
+                    pq.msg_size // _MIB,
+                )
             return True
         if self.span is not None and pq.max_span() > self.span:
             pq.span_control_times += 1
-            if pq.span_control_times % _NOTICE_EVERY == 1:
+            self.span_times += 1
+            if self.span_times % _NOTICE_EVERY == 1:
                 self.log.warning(
                     "the queue's messages span too long, so do flow control, %s, span=%d",
                     mq,

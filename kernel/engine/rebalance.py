@@ -129,21 +129,27 @@ class Rebalance:
                     mq,
                 )
 
+    def _warn_no_route(self, topic: str) -> None:
+        # With no name server answering, the topic is not known to be missing: the
+        # client instance has said that the name server is unreachable.
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and (
+            self.consumer.client.namesrv_error is None
+        ):
+            log.warning("doRebalance, %s, but the topic[%s] not exist.", self.group, topic)
+
     async def rebalance_by_topic(self, topic: str, is_order: bool) -> None:
         consumer = self.consumer
         mq_set = self.topic_subscribe_info.get(topic)
         if consumer.message_model is MessageModel.BROADCASTING:
             if mq_set is None:
-                if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                    log.warning("doRebalance, %s, but the topic[%s] not exist.", self.group, topic)
+                self._warn_no_route(topic)
                 return
             if await self.update_process_queue_table(topic, set(mq_set), is_order):
                 await self.message_queue_changed(topic, mq_set, sorted(mq_set))
             return
         cid_all = await consumer.client.find_consumer_id_list(topic, self.group)
         if mq_set is None:
-            if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                log.warning("doRebalance, %s, but the topic[%s] not exist.", self.group, topic)
+            self._warn_no_route(topic)
             return
         if cid_all is None:
             log.warning("doRebalance, %s %s, get consumer id list failed", self.group, topic)

@@ -5,6 +5,7 @@ Works against the embedded name server and broker as well as Apache's.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,7 +17,50 @@ from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
 from rmqk.plugins.broker import jsonwire
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
-__all__ = ["AdminClient", "BrokerInfo", "QueueProgress", "TopicInfo"]
+__all__ = [
+    "AdminClient",
+    "BrokerInfo",
+    "MessageIdKind",
+    "QueueProgress",
+    "TopicInfo",
+    "message_id_kind",
+]
+
+# Commit log offsets are far below 2**48 (256 TiB) on any broker; a unique id read
+# as an offset id has its timestamp there instead, far above it.
+_MAX_COMMIT_LOG_OFFSET = 1 << 48
+
+
+class MessageIdKind(enum.Enum):
+    """What a message id is, as far as its text tells."""
+
+    # The broker's id (SendResult.offset_msg_id): store host and commit log offset.
+    OFFSET = "offset"
+    # The client's id (SendResult.msg_id, UNIQ_KEY): ip, pid, time and a counter.
+    UNIQUE = "unique"
+    INVALID = "invalid"
+
+
+def message_id_kind(msg_id: str) -> MessageIdKind:
+    """Tell an offset message id from a unique (client) one; both are 32 or 56 hex chars.
+
+    An offset id holds a port (4 bytes, at most 65535) and a non-negative commit
+    log offset; in a unique id those bytes are the pid, a hash, the time and a
+    counter, which do not read as both.
+    """
+    text = msg_id.strip()
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return MessageIdKind.INVALID
+    if len(raw) not in (16, 28):
+        return MessageIdKind.INVALID
+    rest = raw[len(raw) - 12 :]
+    port = int.from_bytes(rest[:4], "big")
+    offset = int.from_bytes(rest[4:], "big", signed=True)
+    if 0 < port <= 0xFFFF and 0 <= offset < _MAX_COMMIT_LOG_OFFSET:
+        return MessageIdKind.OFFSET
+    return MessageIdKind.UNIQUE
 
 
 @attrs.frozen
@@ -211,7 +255,11 @@ class AdminClient:
         return out
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
-        """examineConsumeStats: ask every broker of the group's retry topic (or all masters)."""
+        """examineConsumeStats: ask every broker of the group's retry topic (or all masters).
+
+        Like mqadmin, a group no broker has offsets of is an error (CONSUMER_NOT_ONLINE),
+        not an empty table.
+        """
         brokers = await self.route_brokers(RETRY_GROUP_TOPIC_PREFIX + group)
         if not brokers:
             brokers = await self.masters()
@@ -219,26 +267,53 @@ class AdminClient:
         for broker in brokers:
             if broker.master is not None:
                 rows.extend(await self.consume_stats(broker, group, topic))
+        if not rows:
+            of_topic = f" of topic {topic!r}" if topic else ""
+            raise RmqkError(
+                f"consumer group {group!r} is not online and has no offsets{of_topic} on any "
+                f"broker of {self.namesrv_addr} (mqadmin: CONSUMER_NOT_ONLINE); a group shows "
+                "here once one of its consumers has committed an offset"
+            )
         return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
+
+    async def broker_addrs(self) -> set[str]:
+        """Every address a broker of the cluster registered, masters and slaves."""
+        return {addr for broker in await self.brokers() for addr in broker.addrs.values()}
 
     async def view_message(self, msg_id: str, broker_addr: str | None = None) -> MessageExt:
         from rmqk.plugins.remoting.message_codec import decode_message
 
-        try:
-            addr, offset = decode_offset_msg_id(msg_id.strip())
-        except ValueError:
+        text = msg_id.strip()
+        kind = message_id_kind(text)
+        if kind is MessageIdKind.UNIQUE:
             raise RmqkError(
-                f"{msg_id!r} is not an offset message id (hex of the broker's address and the "
-                "commit log offset, as in SendResult.offset_msg_id)"
-            ) from None
-        target = broker_addr or addr
+                f"{text} is a unique (client) message id; rmqk admin message needs an offset "
+                "message id (32 hex chars from the broker: SendResult.offset_msg_id, the "
+                "OffsetID of a consumed message), which names the broker and the commit "
+                "log offset"
+            )
+        if kind is MessageIdKind.INVALID:
+            raise RmqkError(
+                f"{text!r} is not an offset message id: rmqk admin message needs 32 hex "
+                "chars from the broker (SendResult.offset_msg_id)"
+            )
+        addr, offset = decode_offset_msg_id(text)
+        target = broker_addr
+        if target is None:
+            # The id is only text: ask the cluster before dialing what it decodes to.
+            known = await self.broker_addrs()
+            if addr not in known:
+                listed = ", ".join(sorted(known)) or "none"
+                raise RmqkError(
+                    f"message {text}: the id names {addr}, which is not a broker of the "
+                    f"cluster at {self.namesrv_addr} (brokers: {listed}); pass --broker ADDR "
+                    "to ask one of them"
+                )
+            target = addr
         try:
             response = await self._ok(target, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
         except RemotingError as exc:
-            raise RmqkError(
-                f"message {msg_id}: cannot reach the broker {target} its id names ({exc}); "
-                "is it an offset message id?"
-            ) from exc
+            raise RmqkError(f"message {text}: cannot reach the broker {target} ({exc})") from exc
         message, _ = decode_message(response.body, 0)
         return message
 

@@ -31,6 +31,8 @@ class NameServerCalls(RemotingClient):
         self._namesrv_addrs: list[str] = []
         self._namesrv_index = -1
         self._namesrv_chosen: str | None = None
+        # Name servers that failed, with their error: said once, and again on a change.
+        self._namesrv_down: dict[str, str] = {}
         self.update_namesrv_addrs(config.namesrv_addrs)
 
     @property
@@ -72,18 +74,38 @@ class NameServerCalls(RemotingClient):
         to the next one, trying each at most once. Returns (address, response)."""
         if not self._namesrv_addrs:
             raise RemotingConnectError("no name server address is configured (namesrv_addrs)")
-        failure: RemotingError | None = None
-        for _ in range(len(self._namesrv_addrs)):
+        failures: dict[str, RemotingError] = {}
+        tries = len(self._namesrv_addrs)
+        for attempt in range(tries):
             addr = self._choose_namesrv()
             try:
-                return addr, await self.invoke(addr, make_request(), timeout_ms)
+                response = await self.invoke(addr, make_request(), timeout_ms)
             except RemotingError as exc:
-                log.warning("name server %s failed, trying the next one: %s", addr, exc)
-                failure = exc
+                failures[addr] = exc
                 if self._namesrv_chosen == addr:
                     self._namesrv_chosen = None
-        assert failure is not None
-        raise failure
+                self._namesrv_failed(addr, exc, more=attempt < tries - 1)
+                continue
+            if self._namesrv_down.pop(addr, None) is not None:
+                log.warning("name server %s reachable again", addr)
+            return addr, response
+        if len(failures) == 1:
+            raise next(iter(failures.values()))
+        last = list(failures.values())[-1]
+        # Sorted, so the same outage reads the same whatever the shuffled order.
+        detail = "; ".join(f"{addr}: {exc}" for addr, exc in sorted(failures.items()))
+        raise type(last)(f"no name server answered ({detail})") from last
+
+    def _namesrv_failed(self, addr: str, exc: RemotingError, *, more: bool) -> None:
+        """Warn when ``addr`` stops answering or fails differently, not on every request:
+        callers keep retrying, and a dead name server would otherwise flood the log."""
+        error = str(exc)
+        if self._namesrv_down.get(addr) == error:
+            log.debug("name server %s still unreachable: %s", addr, error)
+            return
+        self._namesrv_down[addr] = error
+        then = ", trying the next one" if more else ""
+        log.warning("name server %s unreachable: %s%s", addr, error, then)
 
     async def get_route(self, topic: str, timeout_ms: int | None = None) -> TopicRouteData | None:
         def make() -> RemotingCommand:

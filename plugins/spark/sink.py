@@ -256,6 +256,10 @@ class SparkSink:
     """The sink a composed consumer writes to; a handle on its output's shared writer."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
+        from rmqk.plugins.spark.session import require_spark
+
+        # Refused when built, not when started, so `rmqk check` refuses it too.
+        require_spark()
         self.options = parse_sink_options(options)
         self.writer: OutputWriter | None = None
         self._stats = SparkFlushStats()

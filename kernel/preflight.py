@@ -1,0 +1,128 @@
+"""What ``rmqk run`` builds before it connects, built alone: one validation path.
+
+``rmqk check`` and ``rmqk run`` both call :func:`preflight`, so a file that
+``check`` accepts is one ``run`` can start. For every consumer it builds what
+the consumer would be made of, short of connecting: the sink (its factory
+checks its options and imports its functions), the allocation strategy, the
+offset store (not loaded) and the consume service's options. Every problem is
+reported at once, each naming the file, the table and the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from rmqk.config import Config, ConsumerSpec, announce_config
+from rmqk.consume_host import factory_option_specs, parse_service_options
+from rmqk.contracts import OffsetStoreContext
+from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
+from rmqk.options import Where, rehome
+from rmqk.pluginmanager import registries
+from rmqk.transport import Transport
+
+__all__ = ["preflight", "preflight_problems"]
+
+# A store built only to check its options is never loaded, so no file is read
+# under this id; the real one (ip@pid) is known once the client instance exists.
+_CHECK_CLIENT_ID = "rmqk-check"
+
+
+class _Unconnected:
+    """The client instance a store built by the check is given: it must not be used."""
+
+    @property
+    def transport(self) -> Transport:
+        raise ClientError("rmqk check builds the offset store without connecting")
+
+    async def find_broker_addr_for_admin(self, broker_name: str, topic: str) -> str:
+        raise ClientError("rmqk check builds the offset store without connecting")
+
+
+def preflight(config: Config, specs: Iterable[ConsumerSpec] | None = None) -> None:
+    """Raise one :class:`ConfigError` listing every problem ``rmqk run`` would meet."""
+    problems = preflight_problems(config, specs)
+    if problems:
+        raise ConfigError(problems)
+
+
+def preflight_problems(
+    config: Config, specs: Iterable[ConsumerSpec] | None = None
+) -> list[ConfigProblem]:
+    """Every problem of the plugins' tables and of each consumer's composition."""
+    problems: list[ConfigProblem] = []
+    try:
+        announce_config(config)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    for spec in config.consumers if specs is None else specs:
+        problems.extend(_consumer_problems(config.path, spec))
+    return problems
+
+
+def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
+    where = Where(path, spec.table)
+    problems: list[ConfigProblem] = []
+    regs = registries()
+    options = spec.options
+
+    if not spec.sink:
+        names = ", ".join(regs.sinks.names()) or "none installed"
+        problems.append(
+            where.problem(
+                "sink",
+                "required key is missing: rmqk run hands each batch to a sink, e.g. "
+                f'sink = "jsonl" with sink_options = {{ path = "out.jsonl" }} '
+                f"(registered sinks: {names})",
+            )
+        )
+    else:
+        problems += _built(
+            where, "sink", lambda: regs.sinks.create(spec.sink or "", spec.sink_options)
+        )
+    problems += _built(
+        where,
+        "allocate_options",
+        lambda: regs.allocation_strategies.create(
+            options.allocate_message_queue_strategy, **dict(options.allocate_options)
+        ),
+    )
+    problems += _built(
+        where,
+        "offset_store_options",
+        lambda: regs.offset_stores.create(
+            options.effective_offset_store,
+            OffsetStoreContext(
+                group=spec.group,
+                client_id=_CHECK_CLIENT_ID,
+                message_model=options.message_model,
+                options=options.offset_store_options,
+                client=_Unconnected(),
+            ),
+        ),
+    )
+    problems += _built(
+        where,
+        "consume_service_options",
+        lambda: parse_service_options(
+            options.consume_service,
+            options.consume_service_options,
+            factory_option_specs(regs.consume_services.get(options.consume_service)),
+        ),
+    )
+    return problems
+
+
+def _built(where: Where, key: str, build: Callable[[], object]) -> list[ConfigProblem]:
+    """The problems of ``build()``: a plugin's ConfigError rehomed, any other failure at ``key``."""
+    try:
+        build()
+    except ConfigError as exc:
+        return rehome(exc, where.path, where.table).problems
+    except (RmqkError, ImportError, ValueError, TypeError, OSError) as exc:
+        # A factory that refuses without a ConfigError (a missing extra, an import
+        # that fails) still stops `rmqk run`; say it under the key that chose it.
+        text = str(exc) or type(exc).__name__
+        if not isinstance(exc, RmqkError):
+            text = f"{type(exc).__name__}: {text}"
+        return [where.problem(key, text)]
+    return []

@@ -1,0 +1,171 @@
+"""`rmqk check` refuses what `rmqk run` refuses, and prints TOML it accepts back (issue 15)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqk.cli import main
+from rmqk.config import load_config
+from rmqk.options import PluginChoice, plugin_choices
+from rmqk.pluginmanager import registries
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+
+HEAD = '[consumers.orders]\ngroup = "g"\nnamesrv_addr = "127.0.0.1:1"\nsubscription = { T = "*" }\n'
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "consumers.toml"
+    path.write_text(HEAD + body)
+    return path
+
+
+def _check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["check", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _skip_without_plugins(path: Path) -> None:
+    config = load_config(path, check_plugins=False)
+    regs = registries()
+    choices = [c for spec in config.consumers for c in plugin_choices(spec.options)]
+    choices += [PluginChoice("sink", s.sink, "sink") for s in config.consumers if s.sink]
+    missing = sorted({f"{c.kind} {c.name}" for c in choices if c.name not in regs.by_kind(c.kind)})
+    if missing:
+        pytest.skip(f"{path.name} needs plugins that are not installed: {', '.join(missing)}")
+
+
+# -- one validation path (#5) ----------------------------------------------------------
+
+REFUSED = [
+    ("no-sink", "", "[consumers.orders] sink: required key is missing"),
+    (
+        "python-function",
+        'sink = "python"\nsink_options = { function = "no_such_module_x:f" }\n',
+        "[consumers.orders.sink_options] function: python: cannot import module 'no_such_module_x'",
+    ),
+    (
+        "sink-options",
+        'sink = "jsonl"\nsink_options = { path = "o.jsonl", bodyformat = "text" }\n',
+        "[consumers.orders.sink_options] bodyformat: ",
+    ),
+    (
+        "offset-store-options",
+        'sink = "jsonl"\nsink_options = { path = "o.jsonl" }\n'
+        "offset_store_options = { timeout_ms = 0 }\n",
+        "[consumers.orders.offset_store_options] timeout_ms: ",
+    ),
+    (
+        "allocate-options",
+        'sink = "jsonl"\nsink_options = { path = "o.jsonl" }\n'
+        'allocate_message_queue_strategy = "CONSISTENT_HASH"\n'
+        "allocate_options = { virtual_node_count = -3 }\n",
+        "[consumers.orders.allocate_options] virtual_node_count: ",
+    ),
+    (
+        "consume-service-options",
+        'sink = "jsonl"\nsink_options = { path = "o.jsonl" }\n'
+        "consume_service_options = { colour = 1 }\n",
+        "[consumers.orders.consume_service_options] colour: ",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED]
+)
+def test_check_refuses_what_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, expected: str
+) -> None:
+    path = _write(tmp_path, body)
+    status, out, err = _check(capsys, str(path))
+    assert status == 1 and out == ""
+    assert err.startswith("rmqk: error: "), err
+    assert f"{path}: {expected}" in err, err
+    assert "Traceback" not in err
+    # `rmqk run` stops on the same problem, before it connects anywhere.
+    assert main(["run", str(path), "--no-summary"]) == 1
+    assert f"{path}: {expected}" in capsys.readouterr().err
+
+
+def test_check_without_pyspark_refuses_the_spark_sink(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    path = _write(tmp_path, f'sink = "spark"\nsink_options = {{ path = "{tmp_path}/out" }}\n')
+    status, _, err = _check(capsys, str(path))
+    assert status == 1
+    assert f"{path}: [consumers.orders] sink: the spark plugin needs pyspark" in err
+
+
+def test_check_reports_every_problem_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "two.toml"
+    path.write_text(
+        HEAD
+        + 'sink = "python"\nsink_options = { function = "no_such_module_y:f" }\n'
+        + "offset_store_options = { timeout_ms = 0 }\n\n"
+        + '[consumers.refunds]\ngroup = "h"\nnamesrv_addr = "127.0.0.1:1"\n'
+        + 'subscription = { R = "*" }\n'
+    )
+    status, _, err = _check(capsys, str(path))
+    assert status == 1
+    assert err.startswith("rmqk: error: 3 problems in config:\n"), err
+    assert "[consumers.orders.sink_options] function" in err
+    assert "[consumers.orders.offset_store_options] timeout_ms" in err
+    assert "[consumers.refunds] sink: required key is missing" in err
+
+
+# -- errors and output (#10) -------------------------------------------------------------
+
+
+def test_check_error_has_the_documented_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[consumers.orders\n")
+    status, _, err = _check(capsys, str(path))
+    assert status == 1
+    assert err.startswith(f"rmqk: error: {path}: top level: invalid TOML"), err
+
+
+def _values(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": c["name"],
+            "subscriptions": c["subscriptions"],
+            "options": {k: v["value"] for k, v in c["options"].items()},
+        }
+        for c in doc["consumers"]
+    ]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_check_output_is_toml_that_check_accepts_back(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _skip_without_plugins(path)
+    status, text, err = _check(capsys, str(path))
+    assert status == 0, err
+    written = tmp_path / path.name
+    written.write_text(text)
+    tomllib.loads(text)  # raises on anything that is not TOML
+    status, again, err = _check(capsys, "--json", str(written))
+    assert status == 0, err
+    status, original, err = _check(capsys, "--json", str(path))
+    assert status == 0, err
+    first, second = _values(json.loads(original)), _values(json.loads(again))
+    # The default start timestamp is "30 minutes ago", now; the output fixes it.
+    for a, b in zip(first, second, strict=True):
+        a["options"].pop("consume_timestamp")
+        b["options"].pop("consume_timestamp")
+    assert first == second
