@@ -154,9 +154,9 @@ class ConsumeQueue:
                 break
         for f in [f for f in self.files if f.base_index >= end and f is not first]:
             self._drop_file(f)
-        f = self.file_for(end)
-        if f is not None:
-            f.zero_from((end - f.base_index) * ENTRY_SIZE)
+        at_end = self.file_for(end)
+        if at_end is not None:
+            at_end.zero_from((end - at_end.base_index) * ENTRY_SIZE)
         return end
 
     def _written_prefix(self, f: CqFile, *, skip_leading: bool) -> int:
@@ -223,6 +223,15 @@ class ConsumeQueue:
         if index >= self.max_offset:
             self.max_offset = index + 1
 
+    def forget_from(self, index: int) -> None:
+        """Clear the entries at and after ``index`` written by a put that failed."""
+        for i in range(index, self.max_offset):
+            f = self.file_for(i)
+            if f is not None:
+                # These bytes were just written, so their blocks exist: no space needed.
+                os.pwrite(f.fd, _ZERO_ENTRY, (i - f.base_index) * ENTRY_SIZE)
+        self.max_offset = max(index, self.min_offset)
+
     def sync(self) -> None:
         for f in list(self.files):
             if f.dirty:
@@ -266,9 +275,9 @@ class ConsumeQueue:
         while len(self.files) > 1:
             first = self.files[0]
             phys, size, _ = ENTRY.unpack_from(first.mm, (self.entries_per_file - 1) * ENTRY_SIZE)
-            if not (size > 0 and phys + size <= commit_log_min):
-                if self._first_live(first, commit_log_min) is not None:
-                    break
+            wholly_before = size > 0 and phys + size <= commit_log_min
+            if not wholly_before and self._first_live(first, commit_log_min) is not None:
+                break
             self._drop_file(first)
             removed += 1
         if removed:

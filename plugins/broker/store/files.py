@@ -60,6 +60,9 @@ class MappedFile:
             self.mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ)
         except BaseException:
             os.close(self.fd)
+            if create:
+                # Otherwise the next attempt (O_EXCL) would fail for good once space returns.
+                path.unlink(missing_ok=True)
             raise
 
     def close(self) -> None:
@@ -103,10 +106,15 @@ def replace_file(path: Path, data: bytes, *, keep_backup: bool = False) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)  # a full disk must not keep a half-written copy
+        raise
+    os.close(fd)
     if keep_backup and path.exists():
         shutil.copyfile(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)

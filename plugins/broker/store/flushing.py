@@ -16,7 +16,9 @@ from . import recovery
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .offsets import ConsumerOffsets
+from .retention import RetentionPolicy
 from .schedule import ScheduleService
+from .topics import TopicConfigs
 
 __all__ = ["StoreFlushing"]
 
@@ -32,6 +34,8 @@ class StoreFlushing:
     commit_log: CommitLog
     consumer_offsets: ConsumerOffsets
     schedule: ScheduleService
+    topics: TopicConfigs
+    retention: RetentionPolicy
     flush_interval: float
     _queues: dict[tuple[str, int], ConsumeQueue]
     _lock: threading.Lock
@@ -71,13 +75,30 @@ class StoreFlushing:
             self._checkpointed = checkpoint
 
     def _flush_loop(self) -> None:
-        last_documents = time.monotonic()
-        while not self._stop_flusher.wait(self.flush_interval):
+        last_documents = last_clean = time.monotonic()
+        clean_interval = self.retention.clean_resource_interval
+        failing = False
+        while not self._stop_flusher.wait(min(self.flush_interval, clean_interval)):
             try:
                 self.flush()
                 if time.monotonic() - last_documents >= _OFFSETS_PERSIST_INTERVAL:
                     last_documents = time.monotonic()
                     self.consumer_offsets.persist()
                     self.schedule.persist()
+                    self.topics.persist_pending()
+                if time.monotonic() - last_clean >= clean_interval:
+                    last_clean = time.monotonic()
+                    self.run_clean_service()
+                if failing:
+                    log.warning("periodic flush of the message store succeeds again")
+                failing = False
+            except OSError as exc:
+                # One line per run of failures (a full disk fails every round).
+                if not failing:
+                    log.error("periodic flush of the message store failed: %s", exc)
+                failing = True
             except Exception:
                 log.exception("periodic flush of the message store failed")
+
+    def run_clean_service(self) -> int:
+        raise NotImplementedError

@@ -40,18 +40,19 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
+from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
+
 from .commitlog import END_BLANK_MIN, CommitLog
 from .consumequeue import ConsumeQueue
 from .files import replace_file
-from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
-
-from .records import BLANK_MAGIC, Buffer, RecordInfo, inspect_record, read_total_and_magic
+from .records import BLANK_MAGIC, RecordInfo, inspect_record, read_total_and_magic
 
 __all__ = ["Checkpoint", "RecoveryReport", "read_checkpoint", "recover", "write_checkpoint"]
 
@@ -139,7 +140,9 @@ class _Scan:
         self.torn = self.torn or torn
         return offset
 
-    def run(self, start: int, stop: int | None, on_record: Callable[[int, RecordInfo], None]) -> int:
+    def run(
+        self, start: int, stop: int | None, on_record: Callable[[int, RecordInfo], None]
+    ) -> int:
         """Validate records from ``start`` (up to ``stop``, if given); returns the end."""
         log_ = self.log
         size = log_.segment_size
@@ -181,12 +184,10 @@ class _Scan:
         return offset
 
 
-_MAGICS = tuple(
-    struct.pack(">i", m) for m in (MAGIC_CODE_V1, MAGIC_CODE_V2, BLANK_MAGIC)
-)
+_MAGICS = tuple(struct.pack(">i", m) for m in (MAGIC_CODE_V1, MAGIC_CODE_V2, BLANK_MAGIC))
 
 
-def _next_record(buf: Buffer, pos: int, size: int, base: int) -> int | None:
+def _next_record(buf: mmap.mmap, pos: int, size: int, base: int) -> int | None:
     """The position of the first valid record (or end marker) in ``buf`` after ``pos``."""
     limit = size - END_BLANK_MIN
     nxt = {m: buf.find(m, pos + 4, limit + 8) for m in _MAGICS}
