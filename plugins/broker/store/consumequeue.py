@@ -90,8 +90,12 @@ class ConsumeQueue:
 
     # -- opening -------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Open existing files and find the end of the written entries."""
+    def load(self, commit_log_min: int = 0) -> None:
+        """Open existing files and find the end of the written entries.
+
+        ``commit_log_min`` > 0 means retention has removed the log's start: a queue
+        rebuilt since may then begin with unwritten entries for messages gone with it.
+        """
         byte_bases = numbered_files(
             self.directory,
             self.file_bytes,
@@ -110,7 +114,7 @@ class ConsumeQueue:
         for prev, nxt in itertools.pairwise(self.files):
             if nxt.base_index != prev.base_index + self.entries_per_file:
                 self.damaged = f"consume queue file missing before {nxt.path}"
-        self.max_offset = self._scan_end()
+        self.max_offset = self._scan_end(commit_log_min > 0)
         self.min_offset = self.files[0].base_index
 
     def _add_file(self, f: CqFile) -> None:
@@ -125,7 +129,7 @@ class ConsumeQueue:
         f.close()
         f.path.unlink()
 
-    def _scan_end(self) -> int:
+    def _scan_end(self, log_trimmed: bool) -> int:
         """Where the written entries end, found as Java's ConsumeQueue.recover does.
 
         The last three files are read linearly from their start and the end is the
@@ -146,8 +150,9 @@ class ConsumeQueue:
             if f.base_index != end:
                 break
             # A rebuilt queue's first file starts with unwritten entries for the messages
-            # that retention had already removed: the queue starts after them.
-            skip_leading = f is first
+            # that retention had already removed: the queue starts after them. While the
+            # log is whole, no queue starts that way: a zero first entry is damage.
+            skip_leading = log_trimmed and f is first
             written = self._written_prefix(f, skip_leading=skip_leading)
             end = f.base_index + written
             if written < self.entries_per_file:

@@ -173,7 +173,7 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
                 cq = ConsumeQueue(
                     qid_dir, topic_dir.name, int(qid_dir.name), self.cq_entries_per_file
                 )
-                cq.load()
+                cq.load(self.commit_log.min_offset)
                 self._register_queue(cq)
         checkpoint = recovery.read_checkpoint(self.root / "checkpoint.json")
         report = recovery.recover(
