@@ -17,7 +17,7 @@ import os
 import struct
 from pathlib import Path
 
-from .files import MappedFile, fsync_dir, numbered_files
+from .files import MappedFile, all_zero, fsync_dir, numbered_files, read_at
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "ConsumeQueue", "CqFile"]
 
@@ -48,7 +48,7 @@ class CqFile(MappedFile):
     def zero_from(self, pos: int) -> None:
         """Make every byte from ``pos`` on zero (and unallocated), if any is not."""
         size = len(self.mm)
-        if pos >= size or not self.mm[pos:].strip(b"\0"):
+        if pos >= size or all_zero(self.fd, pos, size):
             return
         self.mm.close()
         # Shrinking and regrowing frees the blocks: it never needs disk space.
@@ -167,15 +167,17 @@ class ConsumeQueue:
     def _written_prefix(self, f: CqFile, *, skip_leading: bool) -> int:
         count = 0
         leading = skip_leading
-        for phys, size, _tags in ENTRY.iter_unpack(f.mm):
-            if phys >= 0 and size > 0:
-                leading = False
-            elif not (leading and phys == 0 and size == 0):
-                break
-            count += 1
-        if leading:
-            return 0  # nothing written at all
-        return count
+        chunk_entries = 4096
+        for start in range(0, self.entries_per_file, chunk_entries):
+            n = min(chunk_entries, self.entries_per_file - start)
+            data = read_at(f.fd, start * ENTRY_SIZE, n * ENTRY_SIZE)
+            for phys, size, _tags in ENTRY.iter_unpack(data[: len(data) - len(data) % ENTRY_SIZE]):
+                if phys >= 0 and size > 0:
+                    leading = False
+                elif not (leading and phys == 0 and size == 0):
+                    return 0 if leading else count
+                count += 1
+        return 0 if leading else count
 
     def close(self) -> None:
         for f in self.files:
@@ -279,7 +281,8 @@ class ConsumeQueue:
         removed = 0
         while len(self.files) > 1:
             first = self.files[0]
-            phys, size, _ = ENTRY.unpack_from(first.mm, (self.entries_per_file - 1) * ENTRY_SIZE)
+            last = read_at(first.fd, (self.entries_per_file - 1) * ENTRY_SIZE, ENTRY_SIZE)
+            phys, size, _ = ENTRY.unpack(last)
             wholly_before = size > 0 and phys + size <= commit_log_min
             if not wholly_before and self._first_live(first, commit_log_min) is not None:
                 break
@@ -300,10 +303,11 @@ class ConsumeQueue:
         count = min(self.entries_per_file, self.max_offset - f.base_index)
         if count <= 0:
             return None
-        phys, size, _ = ENTRY.unpack_from(f.mm, 0)
+        phys, size, _ = ENTRY.unpack(read_at(f.fd, 0, ENTRY_SIZE))
         if size > 0 and phys >= commit_log_min:
             return f.base_index  # the usual case, without reading the whole file
-        for i, (phys, size, _tags) in enumerate(ENTRY.iter_unpack(f.mm[: count * ENTRY_SIZE])):
+        data = read_at(f.fd, 0, count * ENTRY_SIZE)
+        for i, (phys, size, _tags) in enumerate(ENTRY.iter_unpack(data)):
             if size > 0 and phys >= commit_log_min:
                 return f.base_index + i
         return None

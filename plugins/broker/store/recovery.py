@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -49,9 +48,9 @@ import attrs
 
 from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
 
-from .commitlog import END_BLANK_MIN, CommitLog
+from .commitlog import END_BLANK_MIN, CommitLog, Segment
 from .consumequeue import ConsumeQueue
-from .files import replace_file
+from .files import all_zero, read_at, replace_file
 from .records import BLANK_MAGIC, RecordInfo, inspect_record, read_total_and_magic
 
 __all__ = ["Checkpoint", "RecoveryReport", "read_checkpoint", "recover", "write_checkpoint"]
@@ -154,30 +153,30 @@ class _Scan:
                 return self._end(offset, False)
             pos = offset - seg.base
             if pos <= limit:
-                total, magic = read_total_and_magic(seg.mm, pos)
+                total, magic = _header(seg, pos)
                 if magic == BLANK_MAGIC and total == size - pos:
                     self._settle(on_record)
                     offset = seg.base + size
                     continue
-                info = inspect_record(seg.mm, pos, limit, offset)
+                info = _record(seg, pos, limit, offset, check_crc=True)
                 if info is not None:
                     self._settle(on_record)
                     on_record(offset, info)
                     offset += info.size
                     self.records += 1
                     continue
-                info = inspect_record(seg.mm, pos, limit, offset, check_crc=False)
+                info = _record(seg, pos, limit, offset, check_crc=False)
                 if info is not None:
                     why = "a record whose body fails its CRC"
                     self._pending.append((offset, offset + info.size, why, info))
                     offset += info.size
                     continue
-            found = _next_record(seg.mm, pos + 1, size, seg.base)
+            found = None if all_zero(seg.fd, pos, size) else _next_record(seg, pos + 1)
             if found is None and seg is not log_.segments[-1]:
                 found = size  # a later segment exists: this one was finished
             if found is None:
-                return self._end(offset, bool(seg.mm[pos:].strip(b"\0")))
-            why = "unreadable" if seg.mm[pos:found].strip(b"\0") else "zeros (a hole)"
+                return self._end(offset, not all_zero(seg.fd, pos, size))
+            why = "zeros (a hole)" if all_zero(seg.fd, pos, found) else "unreadable"
             self._pending.append((offset, seg.base + found, why, None))
             offset = seg.base + found
         self._settle(on_record)
@@ -187,10 +186,28 @@ class _Scan:
 _MAGICS = tuple(struct.pack(">i", m) for m in (MAGIC_CODE_V1, MAGIC_CODE_V2, BLANK_MAGIC))
 
 
-def _next_record(buf: mmap.mmap, pos: int, size: int, base: int) -> int | None:
-    """The position of the first valid record (or end marker) in ``buf`` after ``pos``."""
+def _header(seg: Segment, pos: int) -> tuple[int, int]:
+    data = read_at(seg.fd, pos, 8)
+    return read_total_and_magic(data, 0) if len(data) == 8 else (0, 0)
+
+
+def _record(
+    seg: Segment, pos: int, limit: int, offset: int, *, check_crc: bool
+) -> RecordInfo | None:
+    """The record at ``pos`` if it is a whole valid one (read with pread, see read_at)."""
+    total, magic = _header(seg, pos)
+    if magic not in (MAGIC_CODE_V1, MAGIC_CODE_V2) or not 0 < total <= limit - pos:
+        return None
+    data = read_at(seg.fd, pos, total)
+    return inspect_record(data, 0, len(data), offset, check_crc=check_crc)
+
+
+def _next_record(seg: Segment, pos: int) -> int | None:
+    """The position of the first valid record (or end marker) in ``seg`` after ``pos``."""
+    size = len(seg.mm)
     limit = size - END_BLANK_MIN
-    nxt = {m: buf.find(m, pos + 4, limit + 8) for m in _MAGICS}
+    rest = read_at(seg.fd, pos, size - pos)  # only read when non-zero bytes are there
+    nxt = {m: rest.find(m, 4) for m in _MAGICS}
     while True:
         live = [(at, m) for m, at in nxt.items() if at >= 0]
         if not live:
@@ -198,11 +215,16 @@ def _next_record(buf: mmap.mmap, pos: int, size: int, base: int) -> int | None:
         at, magic = min(live)
         candidate = at - 4
         if magic == _MAGICS[2]:
-            if read_total_and_magic(buf, candidate)[0] == size - candidate:
-                return candidate
-        elif inspect_record(buf, candidate, limit, base + candidate, check_crc=False) is not None:
-            return candidate
-        nxt[magic] = buf.find(magic, at + 1, limit + 8)
+            if read_total_and_magic(rest, candidate)[0] == size - (pos + candidate):
+                return pos + candidate
+        elif (
+            inspect_record(
+                rest, candidate, limit - pos, seg.base + pos + candidate, check_crc=False
+            )
+            is not None
+        ):
+            return pos + candidate
+        nxt[magic] = rest.find(magic, at + 1)
 
 
 def _is_boundary(commit_log: CommitLog, offset: int) -> bool:
@@ -216,13 +238,13 @@ def _is_boundary(commit_log: CommitLog, offset: int) -> bool:
         return True
     if pos > commit_log.segment_size - END_BLANK_MIN:
         return False
-    total, magic = read_total_and_magic(seg.mm, pos)
+    total, magic = _header(seg, pos)
     if total == 0 and magic == 0:
         return True
     if magic == BLANK_MAGIC:
         return total == commit_log.segment_size - pos
     limit = commit_log.segment_size - END_BLANK_MIN
-    return inspect_record(seg.mm, pos, limit, offset, check_crc=False) is not None
+    return _record(seg, pos, limit, offset, check_crc=False) is not None
 
 
 def _rebuild_reason(
