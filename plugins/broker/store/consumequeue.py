@@ -15,6 +15,7 @@ import itertools
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from .files import MappedFile, all_zero, fsync_dir, numbered_files, read_at
@@ -247,15 +248,23 @@ class ConsumeQueue:
 
     # -- recovery and retention ----------------------------------------------------
 
-    def trim_beyond(self, commit_log_end: int) -> int:
-        """Remove trailing entries that are unwritten or point past ``commit_log_end``."""
+    def trim_beyond(
+        self, commit_log_end: int, points_at_its_record: Callable[[int, int, int], bool]
+    ) -> int:
+        """Remove trailing entries that are unwritten, point past ``commit_log_end`` or
+        do not point at their own record (``points_at_its_record(index, phys, size)``):
+        a stray byte right after the last entry can look written."""
         removed = 0
         while self.max_offset > self.min_offset:
             index = self.max_offset - 1
             f = self.file_for(index)
             if f is not None:
                 phys, size, _tags = ENTRY.unpack_from(f.mm, (index - f.base_index) * ENTRY_SIZE)
-                if size > 0 and phys + size <= commit_log_end:
+                if (
+                    size > 0
+                    and phys + size <= commit_log_end
+                    and points_at_its_record(index, phys, size)
+                ):
                     break
                 os.pwrite(f.fd, _ZERO_ENTRY, (index - f.base_index) * ENTRY_SIZE)
                 f.dirty = True

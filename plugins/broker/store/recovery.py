@@ -38,6 +38,7 @@ it), only a power loss can.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import struct
@@ -247,6 +248,30 @@ def _is_boundary(commit_log: CommitLog, offset: int) -> bool:
     return _record(seg, pos, limit, offset, check_crc=False) is not None
 
 
+_RECORD_HEAD = struct.Struct(">iiiiiqq")  # total magic crc queueId flag queueOffset phys
+
+
+def _is_its_record(
+    commit_log: CommitLog, cq: ConsumeQueue, index: int, phys: int, size: int
+) -> bool:
+    """Whether a queue entry points at the head of the record it indexes."""
+    if phys < commit_log.min_offset:
+        return True  # retention removed it: nothing to check against, and max must stay
+    seg = commit_log.segment_at(phys)
+    if seg is None:
+        return False
+    head = read_at(seg.fd, phys - seg.base, _RECORD_HEAD.size)
+    if len(head) != _RECORD_HEAD.size:
+        return False
+    total, magic, _crc, qid, _flag, qoff, at = _RECORD_HEAD.unpack(head)
+    return magic in (MAGIC_CODE_V1, MAGIC_CODE_V2) and (total, qid, qoff, at) == (
+        size,
+        cq.queue_id,
+        index,
+        phys,
+    )
+
+
 def _rebuild_reason(
     commit_log: CommitLog,
     queues: dict[tuple[str, int], ConsumeQueue],
@@ -324,7 +349,7 @@ def recover(
     commit_log.truncate(end)
     trimmed = 0
     for cq in list(queues.values()):
-        trimmed += cq.trim_beyond(end)
+        trimmed += cq.trim_beyond(end, functools.partial(_is_its_record, commit_log, cq))
         cq.correct_min(commit_log.min_offset)
     return RecoveryReport(
         scan_start=scan_start,
