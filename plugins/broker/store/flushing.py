@@ -16,7 +16,6 @@ from . import recovery
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .offsets import ConsumerOffsets
-from .retention import RetentionPolicy
 from .schedule import ScheduleService
 from .topics import TopicConfigs
 
@@ -35,7 +34,6 @@ class StoreFlushing:
     consumer_offsets: ConsumerOffsets
     schedule: ScheduleService
     topics: TopicConfigs
-    retention: RetentionPolicy
     flush_interval: float
     _queues: dict[tuple[str, int], ConsumeQueue]
     _lock: threading.Lock
@@ -75,10 +73,9 @@ class StoreFlushing:
             self._checkpointed = checkpoint
 
     def _flush_loop(self) -> None:
-        last_documents = last_clean = time.monotonic()
-        clean_interval = self.retention.clean_resource_interval
+        last_documents = time.monotonic()
         failing = False
-        while not self._stop_flusher.wait(min(self.flush_interval, clean_interval)):
+        while not self._stop_flusher.wait(self.flush_interval):
             try:
                 self.flush()
                 if time.monotonic() - last_documents >= _OFFSETS_PERSIST_INTERVAL:
@@ -86,9 +83,6 @@ class StoreFlushing:
                     self.consumer_offsets.persist()
                     self.schedule.persist()
                     self.topics.persist_pending()
-                if time.monotonic() - last_clean >= clean_interval:
-                    last_clean = time.monotonic()
-                    self.run_clean_service()
                 if failing:
                     log.warning("periodic flush of the message store succeeds again")
                 failing = False
@@ -99,6 +93,3 @@ class StoreFlushing:
                 failing = True
             except Exception:
                 log.exception("periodic flush of the message store failed")
-
-    def run_clean_service(self) -> int:
-        raise NotImplementedError

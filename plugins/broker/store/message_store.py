@@ -130,6 +130,7 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
         self._flusher: threading.Thread | None = None
         self._stop_flusher = threading.Event()
         self._schedule_task: asyncio.Task[None] | None = None
+        self._clean_task: asyncio.Task[None] | None = None
         self.last_recovery: recovery.RecoveryReport | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -239,18 +240,25 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
     # ----------------------------------------------------------- async services
 
     def start(self) -> None:
-        """Start the delay-level scheduler in the running event loop."""
+        """Start the delay-level scheduler and the clean service in the running event loop.
+
+        The clean service runs on the loop, not on the flush thread: reads take no
+        lock, so segments may only be removed by the thread that reads them.
+        """
+        loop = asyncio.get_running_loop()
         if self._schedule_task is None or self._schedule_task.done():
-            self._schedule_task = asyncio.get_running_loop().create_task(
-                self.run_schedule(), name="rmqk-store-schedule"
-            )
+            self._schedule_task = loop.create_task(self.run_schedule(), name="rmqk-store-schedule")
+        if self._clean_task is None or self._clean_task.done():
+            self._clean_task = loop.create_task(self.run_clean_loop(), name="rmqk-store-clean")
 
     async def stop(self) -> None:
-        task, self._schedule_task = self._schedule_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        tasks = (self._schedule_task, self._clean_task)
+        self._schedule_task = self._clean_task = None
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def run_schedule(self) -> None:
         """Deliver delayed messages when they are due, until cancelled."""

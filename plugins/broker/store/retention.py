@@ -4,18 +4,20 @@ A mixin of :class:`~.message_store.MessageStore`; every change takes both of
 its locks, so no flush or write sees a half-removed file.
 
 :meth:`StoreRetention.run_clean_service` is Apache's CleanCommitLogService, run
-by the flush thread every ``clean_resource_interval`` seconds with the same
-settings and defaults (:class:`RetentionPolicy`): segments last written more than
-``file_reserved_time`` hours ago are deleted at the ``delete_when`` hours, or at
-any time once the disk is more than ``disk_max_used_space_ratio`` percent used;
-above ``disk_space_clean_forcibly_ratio`` even unexpired segments go (oldest
-first, never the one being written, at most 10 a run), and above
+on the event loop (see ``MessageStore.start``) every ``clean_resource_interval``
+seconds with the same settings and defaults (:class:`RetentionPolicy`): segments
+last written more than ``file_reserved_time`` hours ago are deleted at the
+``delete_when`` hours, or at any time once the disk is more than
+``disk_max_used_space_ratio`` percent used; above
+``disk_space_clean_forcibly_ratio`` even unexpired segments go (oldest first,
+never the one being written, at most 10 a run), and above
 ``disk_space_warning_level_ratio`` the store refuses puts (SERVICE_NOT_AVAILABLE,
 disk full) until space is back below it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -194,3 +196,18 @@ class StoreRetention:
             forcibly=forcibly,
             limit=_DELETE_FILES_BATCH_MAX,
         )
+
+    async def run_clean_loop(self) -> None:
+        """Run the clean service every ``clean_resource_interval`` seconds, until cancelled."""
+        failing = False
+        while True:
+            await asyncio.sleep(self.retention.clean_resource_interval)
+            try:
+                self.run_clean_service()
+                failing = False
+            except OSError as exc:
+                if not failing:  # one line per run of failures
+                    log.error("commit log clean service failed: %s", exc)
+                failing = True
+            except Exception:
+                log.exception("commit log clean service failed")
