@@ -289,11 +289,13 @@ def test_stale_record_behind_the_end_is_never_resurrected(tmp_path: Path) -> Non
         assert store.max_offset("K", 0) == 3 and store.commit_log_max_offset == end
 
 
-def test_corruption_inside_the_log_cuts_it_there_when_scanning_from_the_start(
+def test_corruption_inside_the_log_is_skipped_not_cut_when_scanning_from_the_start(
     tmp_path: Path,
 ) -> None:
+    """Issue 19 #3: a damaged record in the middle of the log is reported and skipped;
+    the acknowledged records after it stay (this test asserted a cut there before)."""
     root = tmp_path / "s"
-    _, results = closed_store_with(root, 60)
+    end, results = closed_store_with(root, 60)
     bad = results[40]
     write_at(
         segment_path(root, bad.commit_log_offset),
@@ -304,13 +306,11 @@ def test_corruption_inside_the_log_cuts_it_there_when_scanning_from_the_start(
     with make_store(root) as store:
         report = store.last_recovery
         assert report is not None and report.full_rebuild and report.reason == "no checkpoint"
-        assert report.truncated_from == bad.commit_log_offset
-        assert store.max_offset("K", 0) == 40
-        assert store.commit_log_max_offset == bad.commit_log_offset
-        # segments after the cut are gone
-        assert all(seg.base <= bad.commit_log_offset for seg in store.commit_log.segments)
-        r = put(store, 40, queue_id=0)
-        assert (r.commit_log_offset, r.queue_offset) == (bad.commit_log_offset, 40)
+        assert report.truncated_from is None and report.bad_records == 1
+        assert store.max_offset("K", 0) == 60
+        assert store.commit_log_max_offset == end
+        r = put(store, 60, queue_id=0)
+        assert (r.commit_log_offset, r.queue_offset) == (end, 60)
 
 
 # ------------------------------------------------------------------ consume queues

@@ -72,6 +72,14 @@ class EmbeddedBroker:
     :class:`~rmqk.plugins.broker.tls.ServerTlsConfig`) serves TLS on both ports.
     ``enable_property_filter`` (BrokerConfig.enablePropertyFilter, off as in Apache)
     lets consumers subscribe by SQL92 over message properties.
+
+    Old commit log segments are deleted as Apache's CleanCommitLogService does, with
+    MessageStoreConfig's names and defaults: ``file_reserved_time`` (72 hours),
+    ``delete_when`` ("04", hours of the day separated by ';'),
+    ``disk_max_used_space_ratio`` (75 percent), ``clean_resource_interval``
+    (10 s), ``disk_space_clean_forcibly_ratio`` (0.85) and
+    ``disk_space_warning_level_ratio`` (0.90, above which puts are refused as
+    disk full); see ``rmqk.plugins.broker.store.retention``.
     """
 
     def __init__(
@@ -97,9 +105,28 @@ class EmbeddedBroker:
         enable_property_filter: bool = False,
         acl: AclConfig | str | os.PathLike[str] | None = None,
         tls: ServerTlsConfig | None = None,
+        file_reserved_time: float = 72.0,
+        delete_when: str = "04",
+        disk_max_used_space_ratio: int = 75,
+        clean_resource_interval: float = 10.0,
+        disk_space_clean_forcibly_ratio: float = 0.85,
+        disk_space_warning_level_ratio: float = 0.90,
     ) -> None:
+        from rmqk.plugins.broker.store.retention import RetentionPolicy
+
         if flush not in ("async", "sync"):
             raise RmqkError(f"flush must be 'async' or 'sync', got {flush!r}")
+        try:
+            self.retention = RetentionPolicy(
+                file_reserved_time=file_reserved_time,
+                delete_when=delete_when,
+                disk_max_used_space_ratio=disk_max_used_space_ratio,
+                clean_resource_interval=clean_resource_interval,
+                disk_space_clean_forcibly_ratio=disk_space_clean_forcibly_ratio,
+                disk_space_warning_level_ratio=disk_space_warning_level_ratio,
+            )
+        except ValueError as exc:
+            raise RmqkError(str(exc)) from None
         self.data_dir = Path(data_dir)
         self.host = host
         self._namesrv_port = namesrv_port
@@ -189,6 +216,7 @@ class EmbeddedBroker:
                 "flush": self.flush,
                 "store_host": self._broker_addr,
                 "max_message_size": self.max_message_size,
+                "retention": self.retention,
             }
             if self.segment_size is not None:
                 store_kwargs["segment_size"] = self.segment_size
@@ -357,9 +385,18 @@ class EmbeddedBroker:
         perm: int = PERM_READ | PERM_WRITE,
         order: bool = False,
     ) -> None:
-        """Create or update a topic, as UPDATE_AND_CREATE_TOPIC does."""
+        """Create or update a topic, as UPDATE_AND_CREATE_TOPIC does.
+
+        A name UPDATE_AND_CREATE_TOPIC would refuse (blank, longer than 127
+        characters, characters outside ``^[%|a-zA-Z0-9_-]+$``) raises RmqkError
+        with the broker's remark.
+        """
+        from rmqk.plugins.broker.processors.topics import validate_topic
         from rmqk.plugins.broker.store.topics import TopicConfig
 
+        problem = validate_topic(topic)
+        if problem is not None:
+            raise RmqkError(f"cannot create topic {topic!r}: {problem}")
         if self.store is None:
             raise RmqkError("the embedded broker is not started")
         self.store.topics.put(

@@ -7,8 +7,10 @@ observe: response codes, remarks and the fields of the response header.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -324,6 +326,24 @@ class SendMessageProcessor(Processor):
             return self._put_response(response, first, queue_id)
         return self._put_response(response, results[0], queue_id)
 
+    def _disk_util(self) -> str:
+        """SendMessageProcessor.diskUtil: used fractions of the log, queue and index disks."""
+        root = getattr(self.ctx.store, "root", None)
+
+        def used(path: Path | None) -> float:
+            try:
+                st = os.statvfs(path) if path is not None else None
+            except OSError:
+                st = None
+            if st is None or not st.f_blocks:
+                return -1.0
+            return (st.f_blocks - st.f_bavail) / st.f_blocks
+
+        cl = used(root / "commitlog" if root else None)
+        cq = used(root / "consumequeue" if root else None)
+        index = used(root / "index" if root else None)
+        return f"CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}"
+
     def _put_response(
         self, response: RemotingCommand, result: Any, queue_id: int
     ) -> RemotingCommand:
@@ -340,9 +360,12 @@ class SendMessageProcessor(Processor):
                 response.code = ResponseCode.SERVICE_NOT_AVAILABLE
                 response.remark = (
                     "service not available now. It may be caused by one of the following "
-                    "reasons: the broker's disk is full, messages are put to the slave, "
-                    "message store has been shut down, etc."
+                    f"reasons: the broker's disk is full [{self._disk_util()}], messages are "
+                    "put to the slave, message store has been shut down, etc."
                 )
+            elif error == "CREATE_MAPEDFILE_FAILED":
+                response.code = ResponseCode.SYSTEM_ERROR
+                response.remark = "create mapped file failed, server is busy or broken."
             elif error == "FLUSH_DISK_TIMEOUT":
                 response.code = ResponseCode.FLUSH_DISK_TIMEOUT
             else:

@@ -9,6 +9,7 @@ from .message_store import MessageStore
 from .offsets import ConsumerOffsets, OffsetEntry
 from .recovery import RecoveryReport
 from .results import GetMessageStatus, GetResult, PutMessageStatus, PutResult, StoreStats
+from .retention import RetentionPolicy
 from .schedule import SCHEDULE_TOPIC, ScheduleTick, parse_delay_levels
 from .topics import DataVersion, TopicConfig, TopicConfigs
 
@@ -23,6 +24,7 @@ __all__ = [
     "PutMessageStatus",
     "PutResult",
     "RecoveryReport",
+    "RetentionPolicy",
     "ScheduleTick",
     "StoreError",
     "StoreStats",

@@ -11,6 +11,7 @@ base offset is a multiple of the segment size.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import mmap
 import os
@@ -168,7 +169,10 @@ class CommitLog:
         seg = self.segments[-1]
         written = os.pwrite(seg.fd, data, offset - seg.base)
         if written != len(data):
-            raise OSError(f"short write to {seg.path}: {written} of {len(data)} bytes")
+            # A short pwrite on a regular file means the disk filled up.
+            raise OSError(
+                errno.ENOSPC, f"short write to {seg.path}: {written} of {len(data)} bytes"
+            )
         self.write_offset = offset + len(data)
 
     def sync(self, upto: int) -> None:
@@ -210,6 +214,22 @@ class CommitLog:
         self.segments = keep
         self.write_offset = offset
         self.synced_offset = min(self.synced_offset, offset)
+
+    def cut_back(self, offset: int) -> None:
+        """Forget the bytes written at and after ``offset`` in the active segment.
+
+        Used when a put fails half-way; unlike :meth:`truncate` it keeps the segment
+        files (the flush thread may be syncing them) and does not fsync: the cut
+        bytes were never acknowledged, and zeros on disk read as the end of the log.
+        Shrinking and regrowing the file frees the blocks, so it needs no disk space.
+        """
+        seg = self.segments[-1] if self.segments else None
+        if seg is not None and seg.base <= offset < seg.base + self.segment_size:
+            seg.mm.close()
+            os.ftruncate(seg.fd, offset - seg.base)
+            os.ftruncate(seg.fd, self.segment_size)
+            seg.mm = mmap.mmap(seg.fd, self.segment_size, access=mmap.ACCESS_READ)
+        self.write_offset = offset
 
     def delete_segments(self, predicate_end: int) -> int:
         """Delete whole segments that end at or before ``predicate_end``; never the last one."""

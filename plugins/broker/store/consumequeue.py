@@ -12,11 +12,13 @@ rebuilds whatever the commit log holds and the queue does not.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
-from .files import MappedFile, fsync_dir, numbered_files
+from .files import MappedFile, all_zero, fsync_dir, numbered_files, read_at
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "ConsumeQueue", "CqFile"]
 
@@ -43,6 +45,18 @@ class CqFile(MappedFile):
                 "(cq_entries_per_file x 20); open the store with the size it was written with"
             ),
         )
+
+    def zero_from(self, pos: int) -> None:
+        """Make every byte from ``pos`` on zero (and unallocated), if any is not."""
+        size = len(self.mm)
+        if pos >= size or all_zero(self.fd, pos, size):
+            return
+        self.mm.close()
+        # Shrinking and regrowing frees the blocks: it never needs disk space.
+        os.ftruncate(self.fd, pos)
+        os.ftruncate(self.fd, size)
+        self.mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ)
+        self.dirty = True
 
 
 class ConsumeQueue:
@@ -77,8 +91,12 @@ class ConsumeQueue:
 
     # -- opening -------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Open existing files and find the end of the written entries."""
+    def load(self, commit_log_min: int = 0) -> None:
+        """Open existing files and find the end of the written entries.
+
+        ``commit_log_min`` > 0 means retention has removed the log's start: a queue
+        rebuilt since may then begin with unwritten entries for messages gone with it.
+        """
         byte_bases = numbered_files(
             self.directory,
             self.file_bytes,
@@ -97,8 +115,7 @@ class ConsumeQueue:
         for prev, nxt in itertools.pairwise(self.files):
             if nxt.base_index != prev.base_index + self.entries_per_file:
                 self.damaged = f"consume queue file missing before {nxt.path}"
-        last = self.files[-1]
-        self.max_offset = last.base_index + self._written_entries(last)
+        self.max_offset = self._scan_end(commit_log_min > 0)
         self.min_offset = self.files[0].base_index
 
     def _add_file(self, f: CqFile) -> None:
@@ -113,18 +130,55 @@ class ConsumeQueue:
         f.close()
         f.path.unlink()
 
-    def _written_entries(self, f: CqFile) -> int:
-        # Entries are appended in order, so written ones (size > 0) form a prefix of the
-        # file; a hole left by a power loss is refilled by recovery's re-dispatch.
-        lo, hi = 0, self.entries_per_file
-        mm = f.mm
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _SIZE_FIELD.unpack_from(mm, mid * ENTRY_SIZE + 8)[0] > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    def _scan_end(self, log_trimmed: bool) -> int:
+        """Where the written entries end, found as Java's ConsumeQueue.recover does.
+
+        The last three files are read linearly from their start and the end is the
+        first entry that is not a written one (commit log offset >= 0 and size > 0);
+        older files were full when the next one began. Nothing past that end is
+        trusted: a stray byte in the unused part of a file must not pass for an entry
+        (a binary search over unverified bytes once took one flipped byte at entry
+        150,000 as the queue's only message). The bytes past the end are zeroed and
+        later files dropped, as truncateDirtyFiles does, so a later append cannot make
+        them look written. Entries lost that way are derived data: recovery re-indexes
+        them from the commit log.
+        """
+        first = self.files[0]
+        start = max(0, len(self.files) - 3)
+        end = self.files[start].base_index
+        for i in range(start, len(self.files)):
+            f = self.files[i]
+            if f.base_index != end:
+                break
+            # A rebuilt queue's first file starts with unwritten entries for the messages
+            # that retention had already removed: the queue starts after them. While the
+            # log is whole, no queue starts that way: a zero first entry is damage.
+            skip_leading = log_trimmed and f is first
+            written = self._written_prefix(f, skip_leading=skip_leading)
+            end = f.base_index + written
+            if written < self.entries_per_file:
+                break
+        for f in [f for f in self.files if f.base_index >= end and f is not first]:
+            self._drop_file(f)
+        at_end = self.file_for(end)
+        if at_end is not None:
+            at_end.zero_from((end - at_end.base_index) * ENTRY_SIZE)
+        return end
+
+    def _written_prefix(self, f: CqFile, *, skip_leading: bool) -> int:
+        count = 0
+        leading = skip_leading
+        chunk_entries = 4096
+        for start in range(0, self.entries_per_file, chunk_entries):
+            n = min(chunk_entries, self.entries_per_file - start)
+            data = read_at(f.fd, start * ENTRY_SIZE, n * ENTRY_SIZE)
+            for phys, size, _tags in ENTRY.iter_unpack(data[: len(data) - len(data) % ENTRY_SIZE]):
+                if phys >= 0 and size > 0:
+                    leading = False
+                elif not (leading and phys == 0 and size == 0):
+                    return 0 if leading else count
+                count += 1
+        return 0 if leading else count
 
     def close(self) -> None:
         for f in self.files:
@@ -177,6 +231,15 @@ class ConsumeQueue:
         if index >= self.max_offset:
             self.max_offset = index + 1
 
+    def forget_from(self, index: int) -> None:
+        """Clear the entries at and after ``index`` written by a put that failed."""
+        for i in range(index, self.max_offset):
+            f = self.file_for(i)
+            if f is not None:
+                # These bytes were just written, so their blocks exist: no space needed.
+                os.pwrite(f.fd, _ZERO_ENTRY, (i - f.base_index) * ENTRY_SIZE)
+        self.max_offset = max(index, self.min_offset)
+
     def sync(self) -> None:
         for f in list(self.files):
             if f.dirty:
@@ -185,15 +248,23 @@ class ConsumeQueue:
 
     # -- recovery and retention ----------------------------------------------------
 
-    def trim_beyond(self, commit_log_end: int) -> int:
-        """Remove trailing entries that are unwritten or point past ``commit_log_end``."""
+    def trim_beyond(
+        self, commit_log_end: int, points_at_its_record: Callable[[int, int, int], bool]
+    ) -> int:
+        """Remove trailing entries that are unwritten, point past ``commit_log_end`` or
+        do not point at their own record (``points_at_its_record(index, phys, size)``):
+        a stray byte right after the last entry can look written."""
         removed = 0
         while self.max_offset > self.min_offset:
             index = self.max_offset - 1
             f = self.file_for(index)
             if f is not None:
                 phys, size, _tags = ENTRY.unpack_from(f.mm, (index - f.base_index) * ENTRY_SIZE)
-                if size > 0 and phys + size <= commit_log_end:
+                if (
+                    size > 0
+                    and phys + size <= commit_log_end
+                    and points_at_its_record(index, phys, size)
+                ):
                     break
                 os.pwrite(f.fd, _ZERO_ENTRY, (index - f.base_index) * ENTRY_SIZE)
                 f.dirty = True
@@ -211,13 +282,18 @@ class ConsumeQueue:
 
         Java's deleteExpiredFile + correctMinOffset, except that a queue whose every
         entry precedes the commit log's start becomes empty (min == max) instead of
-        keeping a stale minimum. Returns the number of files deleted.
+        keeping a stale minimum. The first kept file is read linearly, as Java does:
+        a bisection over damaged entries could land anywhere and move the minimum
+        (and with it every consumer that asks for it) past live messages.
+        Returns the number of files deleted.
         """
         removed = 0
         while len(self.files) > 1:
             first = self.files[0]
-            phys, size, _ = ENTRY.unpack_from(first.mm, (self.entries_per_file - 1) * ENTRY_SIZE)
-            if size > 0 and phys >= commit_log_min:
+            last = read_at(first.fd, (self.entries_per_file - 1) * ENTRY_SIZE, ENTRY_SIZE)
+            phys, size, _ = ENTRY.unpack(last)
+            wholly_before = size > 0 and phys + size <= commit_log_min
+            if not wholly_before and self._first_live(first, commit_log_min) is not None:
                 break
             self._drop_file(first)
             removed += 1
@@ -227,17 +303,20 @@ class ConsumeQueue:
             self.min_offset = self.max_offset
             return removed
         first = self.files[0]
-        # Entries grow with the commit log, so "points at or after the log's start" is
-        # false then true along the file: binary search for the first true.
-        lo = first.base_index
-        hi = min(first.base_index + self.entries_per_file, self.max_offset)
-        mm = first.mm
-        while lo < hi:
-            mid = (lo + hi) // 2
-            phys, size, _ = ENTRY.unpack_from(mm, (mid - first.base_index) * ENTRY_SIZE)
-            if size > 0 and phys >= commit_log_min:
-                hi = mid
-            else:
-                lo = mid + 1
-        self.min_offset = min(lo, self.max_offset)
+        live = self._first_live(first, commit_log_min)
+        self.min_offset = self.max_offset if live is None else min(live, self.max_offset)
         return removed
+
+    def _first_live(self, f: CqFile, commit_log_min: int) -> int | None:
+        """The first index of ``f`` below ``max_offset`` whose entry is in the log."""
+        count = min(self.entries_per_file, self.max_offset - f.base_index)
+        if count <= 0:
+            return None
+        phys, size, _ = ENTRY.unpack(read_at(f.fd, 0, ENTRY_SIZE))
+        if size > 0 and phys >= commit_log_min:
+            return f.base_index  # the usual case, without reading the whole file
+        data = read_at(f.fd, 0, count * ENTRY_SIZE)
+        for i, (phys, size, _tags) in enumerate(ENTRY.iter_unpack(data)):
+            if size > 0 and phys >= commit_log_min:
+                return f.base_index + i
+        return None

@@ -3,6 +3,7 @@ atomic replacement of small documents, directory fsync."""
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -14,8 +15,10 @@ from typing import Any
 __all__ = [
     "MappedFile",
     "StoreError",
+    "all_zero",
     "fsync_dir",
     "numbered_files",
+    "read_at",
     "read_json_document",
     "replace_file",
     "write_json_document",
@@ -33,6 +36,54 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_CHUNK = 1 << 20
+_ZEROS = bytes(_CHUNK)
+
+
+def read_at(fd: int, pos: int, size: int) -> bytes:
+    """``size`` bytes at ``pos`` (fewer at the end of the file), read with ``pread``.
+
+    Recovery reads what may be unwritten (sparse) parts of files this way, never
+    through the mapping: on tmpfs a read fault on a hole allocates a page, which on
+    a full file system is a SIGBUS, and scanning whole sparse files through the
+    mapping would fill memory with zero pages.
+    """
+    parts: list[bytes] = []
+    while size > 0:
+        chunk = os.pread(fd, min(size, _CHUNK), pos)
+        if not chunk:
+            break
+        parts.append(chunk)
+        pos += len(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
+
+
+def all_zero(fd: int, pos: int, end: int) -> bool:
+    """Whether every byte of ``[pos, end)`` is zero (read in chunks with ``pread``).
+
+    Holes of a sparse file are skipped unread where the file system tells them
+    (SEEK_DATA), so checking the unused part of a large file stays cheap.
+    """
+    while pos < end:
+        try:
+            pos = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return True  # nothing but holes from here on
+            if exc.errno != errno.EINVAL:  # EINVAL: SEEK_DATA not supported here
+                raise
+        if pos >= end:
+            return True
+        chunk = os.pread(fd, min(end - pos, _CHUNK), pos)
+        if not chunk:
+            return True
+        if chunk != _ZEROS[: len(chunk)]:
+            return False
+        pos += len(chunk)
+    return True
 
 
 class MappedFile:
@@ -60,6 +111,9 @@ class MappedFile:
             self.mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ)
         except BaseException:
             os.close(self.fd)
+            if create:
+                # Otherwise the next attempt (O_EXCL) would fail for good once space returns.
+                path.unlink(missing_ok=True)
             raise
 
     def close(self) -> None:
@@ -103,10 +157,15 @@ def replace_file(path: Path, data: bytes, *, keep_backup: bool = False) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)  # a full disk must not keep a half-written copy
+        raise
+    os.close(fd)
     if keep_backup and path.exists():
         shutil.copyfile(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)

@@ -17,6 +17,7 @@ from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .offsets import ConsumerOffsets
 from .schedule import ScheduleService
+from .topics import TopicConfigs
 
 __all__ = ["StoreFlushing"]
 
@@ -32,6 +33,7 @@ class StoreFlushing:
     commit_log: CommitLog
     consumer_offsets: ConsumerOffsets
     schedule: ScheduleService
+    topics: TopicConfigs
     flush_interval: float
     _queues: dict[tuple[str, int], ConsumeQueue]
     _lock: threading.Lock
@@ -72,6 +74,7 @@ class StoreFlushing:
 
     def _flush_loop(self) -> None:
         last_documents = time.monotonic()
+        failing = False
         while not self._stop_flusher.wait(self.flush_interval):
             try:
                 self.flush()
@@ -79,5 +82,14 @@ class StoreFlushing:
                     last_documents = time.monotonic()
                     self.consumer_offsets.persist()
                     self.schedule.persist()
+                    self.topics.persist_pending()
+                if failing:
+                    log.warning("periodic flush of the message store succeeds again")
+                failing = False
+            except OSError as exc:
+                # One line per run of failures (a full disk fails every round).
+                if not failing:
+                    log.error("periodic flush of the message store failed: %s", exc)
+                failing = True
             except Exception:
                 log.exception("periodic flush of the message store failed")

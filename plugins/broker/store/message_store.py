@@ -39,14 +39,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import attrs
-
 from rmqk.errors import FrameError
 from rmqk.message import MessageProperty, offset_msg_id, parse_properties
 from rmqk.plugins.remoting.message_codec import (
     decode_message,
     java_properties_string,
-    patch_stored_message,
 )
 
 from . import recovery
@@ -58,9 +55,10 @@ from .flushing import StoreFlushing
 from .offsets import ConsumerOffsets
 from .reads import StoreReads
 from .results import BatchMessage, PutMessageStatus, PutResult, StoreStats, failed
-from .retention import StoreRetention
+from .retention import RetentionPolicy, StoreRetention
 from .schedule import SCHEDULE_TOPIC, ScheduleService, parse_delay_levels
 from .topics import TopicConfigs
+from .writes import StoreWrites
 
 __all__ = ["MessageStore"]
 
@@ -74,7 +72,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class MessageStore(StoreReads, StoreRetention, StoreFlushing):
+class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
     """Commit log, consume queues, offsets, topics and schedule under one directory."""
 
     def __init__(
@@ -89,6 +87,7 @@ class MessageStore(StoreReads, StoreRetention, StoreFlushing):
         max_message_size: int = 4 * 1024 * 1024,
         flush_interval: float = 0.5,
         clock: Callable[[], int] | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         if flush not in ("async", "sync"):
             raise ValueError(f"flush must be 'async' or 'sync', got {flush!r}")
@@ -104,6 +103,7 @@ class MessageStore(StoreReads, StoreRetention, StoreFlushing):
         self.store_host = store_host
         self.max_message_size = max_message_size
         self.flush_interval = flush_interval
+        self.retention = retention or RetentionPolicy()
         self.now_ms: Callable[[], int] = clock or _now_ms
         self._encoder = RecordEncoder(store_host, max_message_size)
         self._msg_id_prefix = offset_msg_id(store_host, 0)[:-16]
@@ -124,10 +124,13 @@ class MessageStore(StoreReads, StoreRetention, StoreFlushing):
         self._checkpointed: recovery.Checkpoint | None = None
         self._opened = False
         self._writable = False
+        self.disk_full = ""
+        self._write_failing = False
         self._lock_fd: int | None = None
         self._flusher: threading.Thread | None = None
         self._stop_flusher = threading.Event()
         self._schedule_task: asyncio.Task[None] | None = None
+        self._clean_task: asyncio.Task[None] | None = None
         self.last_recovery: recovery.RecoveryReport | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -171,7 +174,7 @@ class MessageStore(StoreReads, StoreRetention, StoreFlushing):
                 cq = ConsumeQueue(
                     qid_dir, topic_dir.name, int(qid_dir.name), self.cq_entries_per_file
                 )
-                cq.load()
+                cq.load(self.commit_log.min_offset)
                 self._register_queue(cq)
         checkpoint = recovery.read_checkpoint(self.root / "checkpoint.json")
         report = recovery.recover(
@@ -237,18 +240,25 @@ class MessageStore(StoreReads, StoreRetention, StoreFlushing):
     # ----------------------------------------------------------- async services
 
     def start(self) -> None:
-        """Start the delay-level scheduler in the running event loop."""
+        """Start the delay-level scheduler and the clean service in the running event loop.
+
+        The clean service runs on the loop, not on the flush thread: reads take no
+        lock, so segments may only be removed by the thread that reads them.
+        """
+        loop = asyncio.get_running_loop()
         if self._schedule_task is None or self._schedule_task.done():
-            self._schedule_task = asyncio.get_running_loop().create_task(
-                self.run_schedule(), name="rmqk-store-schedule"
-            )
+            self._schedule_task = loop.create_task(self.run_schedule(), name="rmqk-store-schedule")
+        if self._clean_task is None or self._clean_task.done():
+            self._clean_task = loop.create_task(self.run_clean_loop(), name="rmqk-store-clean")
 
     async def stop(self) -> None:
-        task, self._schedule_task = self._schedule_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        tasks = (self._schedule_task, self._clean_task)
+        self._schedule_task = self._clean_task = None
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def run_schedule(self) -> None:
         """Deliver delayed messages when they are due, until cancelled."""
@@ -378,113 +388,6 @@ class MessageStore(StoreReads, StoreRetention, StoreFlushing):
         if problem is not None:
             return [problem] * len(messages)
         return self._append(topic, queue_id, records, tags, 0)
-
-    def _check_writable(self) -> PutResult | None:
-        if not self._opened:
-            return failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is not open")
-        if not self._writable:
-            return failed(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                "message store is not writable after a write error; restart it to recover",
-            )
-        return None
-
-    def _append(
-        self,
-        topic: str,
-        queue_id: int,
-        records: list[bytes],
-        tags: list[int],
-        delay_level: int,
-    ) -> list[PutResult]:
-        sizes = [len(r) for r in records]
-        total = sum(sizes)
-        results: list[PutResult] = []
-        with self._lock:
-            if not self._writable:
-                refused = self._check_writable() or failed(PutMessageStatus.UNKNOWN_ERROR, "")
-                return [refused] * len(records)
-            try:
-                cq = self._queue_for_write(topic, queue_id)
-                store_ts = self.now_ms()
-                first_qoff = cq.max_offset
-                offset = self.commit_log.reserve(total)
-            except OSError as exc:
-                log.exception("cannot create a store file")
-                failure = failed(
-                    PutMessageStatus.CREATE_MAPEDFILE_FAILED, f"cannot create a store file: {exc}"
-                )
-                return [failure] * len(records)
-            buf = bytearray(records[0]) if len(records) == 1 else bytearray(b"".join(records))
-            pos = 0
-            for i, size in enumerate(sizes):
-                patch_stored_message(
-                    buf,
-                    pos,
-                    queue_offset=first_qoff + i,
-                    commit_log_offset=offset + pos,
-                    store_timestamp=store_ts,
-                )
-                pos += size
-            try:
-                self.commit_log.write(offset, buf)
-            except OSError as exc:
-                log.exception("commit log write failed")
-                return [
-                    failed(PutMessageStatus.UNKNOWN_ERROR, f"commit log write failed: {exc}")
-                ] * len(records)
-            try:
-                pos = 0
-                for i, size in enumerate(sizes):
-                    code = tags[i]
-                    if delay_level:
-                        code = store_ts + self.schedule.delay_of(delay_level)
-                    cq.append(offset + pos, size, code)
-                    results.append(
-                        PutResult(
-                            True,
-                            offset + pos,
-                            first_qoff + i,
-                            store_ts,
-                            f"{self._msg_id_prefix}{offset + pos:016X}",
-                            size,
-                            None,
-                            PutMessageStatus.PUT_OK,
-                            topic,
-                            queue_id,
-                        )
-                    )
-                    pos += size
-            except OSError as exc:
-                # The record is in the log but not in its queue: stop writing so that
-                # no later message takes its queue offset; recovery will index it.
-                self._writable = False
-                log.exception("consume queue write failed; the store stops accepting writes")
-                return [
-                    failed(PutMessageStatus.UNKNOWN_ERROR, f"consume queue write failed: {exc}")
-                ] * len(records)
-            end = offset + total
-            self._dispatched = end
-            new_max = cq.max_offset
-        if self.flush_mode == "sync":
-            try:
-                with self._flush_lock:
-                    self.commit_log.sync(end)
-            except OSError as exc:
-                log.exception("fsync of the commit log failed")
-                return [
-                    attrs.evolve(
-                        r,
-                        ok=False,
-                        status=PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                        error=f"fsync of the commit log failed: {exc}",
-                    )
-                    for r in results
-                ]
-        self._notify(topic, queue_id, new_max)
-        if delay_level:
-            self.schedule.wake()
-        return results
 
     def _notify(self, topic: str, queue_id: int, max_offset: int) -> None:
         for callback in self._listeners:

@@ -76,12 +76,16 @@ class RecordInfo:
     properties_raw: str
 
 
-def inspect_record(buf: Buffer, pos: int, limit: int, expected_offset: int) -> RecordInfo | None:
+def inspect_record(
+    buf: Buffer, pos: int, limit: int, expected_offset: int, *, check_crc: bool = True
+) -> RecordInfo | None:
     """Validate the record at ``pos`` as recovery must; ``None`` if it is not a whole one.
 
     A record is accepted only when its magic is a message magic, its size fits
     below ``limit`` (the last byte it may use, exclusive), the lengths inside it add
-    up to its size, the body CRC matches and its PHYSICALOFFSET equals
+    up to its size, the body CRC matches (unless ``check_crc`` is false: recovery
+    then asks whether a record that failed is a whole frame with a damaged body) and
+    its PHYSICALOFFSET equals
     ``expected_offset`` (so stale bytes from an earlier life of the file are never
     taken for a record).
     """
@@ -102,7 +106,7 @@ def inspect_record(buf: Buffer, pos: int, limit: int, expected_offset: int) -> R
     at += 4
     if body_len < 0 or at + body_len > end:
         return None
-    if zlib.crc32(buf[at : at + body_len]) & 0x7FFFFFFF != crc:
+    if check_crc and zlib.crc32(buf[at : at + body_len]) & 0x7FFFFFFF != crc:
         return None
     at += body_len
     if magic == MAGIC_CODE_V1:

@@ -7,38 +7,51 @@ written by the flush thread after those fsyncs, and on close.
 
 Opening then does, whatever the way the previous process ended:
 
-1. Choose where to scan from: the checkpoint offset when it is a record boundary
-   and no consume queue holds fewer entries than the checkpoint lists; otherwise
-   (no checkpoint, a deleted or damaged consume queue) the commit log's start,
-   a full rebuild.
-2. Walk the commit log from there, validating each record (magic, sizes that add
-   up, body CRC, the PHYSICALOFFSET field equal to the record's position) and
-   writing its consume queue entry where it is missing or different. The first
-   record that fails ends the log: a torn write or garbage.
-3. Cut the log there (later segments deleted, the rest of the segment zeroed so
+1. Find the end of the commit log, from the checkpoint offset when it is a record
+   boundary, else from the log's start. The consume queues play no part in this
+   choice: they are derived data and their damage is repaired, never paid for
+   with commit log bytes.
+2. Walk the log from there, validating each record (magic, sizes that add up,
+   body CRC, the PHYSICALOFFSET field equal to the record's position) and writing
+   its consume queue entry where it is missing or different. A record that fails
+   in the middle of the log is skipped and reported (a log line, and
+   ``RecoveryReport.bad_records``), never a reason to drop what follows it:
+   a whole frame whose body CRC fails keeps its queue entry (the consumer's
+   bad-record handling skips it); unreadable bytes are stepped over to the next
+   valid record, found by its magic and self-referencing PHYSICALOFFSET. Only
+   bytes that no valid record follows are a torn tail.
+3. When a consume queue is short of what the checkpoint lists, has a missing
+   file, or the walk meets a queue offset ahead of its queue, re-dispatch every
+   record from the log's start up to the end found in 1 (a rebuild).
+4. Cut the torn tail (later segments deleted, the rest of the segment zeroed so
    no stale bytes can pass for records later) and drop consume queue entries
    pointing past the new end.
 
-A queue offset that skips ahead of its consume queue during an incremental scan
-means that queue lost entries the checkpoint did not know about: the scan
-restarts as a full rebuild. Nothing acknowledged is lost: with ``flush="sync"``
-an acknowledged record was fsynced before the put returned, so it precedes any
-torn tail; with ``flush="async"`` a process kill loses nothing either (the page
-cache survives it), only a power loss can.
+Apache's recoverNormally/recoverAbnormally stop at the first record that fails
+checkMessageAndReturnSize and truncate everything after it; this store goes
+beyond that so that one damaged record cannot take acknowledged messages after
+it with it. Nothing acknowledged is lost: with ``flush="sync"`` an acknowledged
+record was fsynced before the put returned, so it precedes any torn tail; with
+``flush="async"`` a process kill loses nothing either (the page cache survives
+it), only a power loss can.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
-from .commitlog import END_BLANK_MIN, CommitLog
+from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
+
+from .commitlog import END_BLANK_MIN, CommitLog, Segment
 from .consumequeue import ConsumeQueue
-from .files import replace_file
+from .files import all_zero, read_at, replace_file
 from .records import BLANK_MAGIC, RecordInfo, inspect_record, read_total_and_magic
 
 __all__ = ["Checkpoint", "RecoveryReport", "read_checkpoint", "recover", "write_checkpoint"]
@@ -62,6 +75,7 @@ class RecoveryReport:
     truncated_from: int | None  # where invalid bytes were found and cut, if anywhere
     full_rebuild: bool
     reason: str
+    bad_records: int = 0  # damaged records (or unreadable ranges) skipped, not truncated
 
 
 def read_checkpoint(path: Path) -> Checkpoint | None:
@@ -88,12 +102,130 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     replace_file(path, data)
 
 
-class _Gap(Exception):
-    def __init__(self, topic: str, queue_id: int, expected: int, found: int) -> None:
-        super().__init__(
-            f"consume queue {topic}:{queue_id} ends at {expected} but the commit log "
-            f"continues it at {found}"
-        )
+class _Scan:
+    """One walk over the commit log: counts, and the damage it stepped over.
+
+    Damage is only "in the middle" once a valid record follows it; damage that
+    nothing valid follows is the torn tail, and the walk ends where it starts.
+    """
+
+    def __init__(self, commit_log: CommitLog) -> None:
+        self.log = commit_log
+        self.records = 0
+        self.bad_records = 0
+        self.torn = False
+        # Damage seen since the last valid record: (start, end, why, whole frame or None).
+        self._pending: list[tuple[int, int, str, RecordInfo | None]] = []
+
+    def _settle(self, on_record: Callable[[int, RecordInfo], None]) -> None:
+        for start, end, why, info in self._pending:
+            self.bad_records += 1
+            log.error(
+                "commit log bytes [%d, %d) are %s: skipped, the records after them are kept",
+                start,
+                end,
+                why,
+            )
+            if info is not None:
+                # Its queue keeps the entry, so queue offsets stay contiguous; the
+                # consumer's bad-record handling skips the record itself.
+                on_record(start, info)
+        self._pending.clear()
+
+    def _end(self, offset: int, torn: bool) -> int:
+        if self._pending:
+            offset = self._pending[0][0]
+            torn = True
+            self._pending.clear()
+        self.torn = self.torn or torn
+        return offset
+
+    def run(
+        self, start: int, stop: int | None, on_record: Callable[[int, RecordInfo], None]
+    ) -> int:
+        """Validate records from ``start`` (up to ``stop``, if given); returns the end."""
+        log_ = self.log
+        size = log_.segment_size
+        limit = size - END_BLANK_MIN
+        offset = start
+        while stop is None or offset < stop:
+            seg = log_.segment_at(offset)
+            if seg is None:
+                return self._end(offset, False)
+            pos = offset - seg.base
+            if pos <= limit:
+                total, magic = _header(seg, pos)
+                if magic == BLANK_MAGIC and total == size - pos:
+                    self._settle(on_record)
+                    offset = seg.base + size
+                    continue
+                info = _record(seg, pos, limit, offset, check_crc=True)
+                if info is not None:
+                    self._settle(on_record)
+                    on_record(offset, info)
+                    offset += info.size
+                    self.records += 1
+                    continue
+                info = _record(seg, pos, limit, offset, check_crc=False)
+                if info is not None:
+                    why = "a record whose body fails its CRC"
+                    self._pending.append((offset, offset + info.size, why, info))
+                    offset += info.size
+                    continue
+            found = None if all_zero(seg.fd, pos, size) else _next_record(seg, pos + 1)
+            if found is None and seg is not log_.segments[-1]:
+                found = size  # a later segment exists: this one was finished
+            if found is None:
+                return self._end(offset, not all_zero(seg.fd, pos, size))
+            why = "zeros (a hole)" if all_zero(seg.fd, pos, found) else "unreadable"
+            self._pending.append((offset, seg.base + found, why, None))
+            offset = seg.base + found
+        self._settle(on_record)
+        return offset
+
+
+_MAGICS = tuple(struct.pack(">i", m) for m in (MAGIC_CODE_V1, MAGIC_CODE_V2, BLANK_MAGIC))
+
+
+def _header(seg: Segment, pos: int) -> tuple[int, int]:
+    data = read_at(seg.fd, pos, 8)
+    return read_total_and_magic(data, 0) if len(data) == 8 else (0, 0)
+
+
+def _record(
+    seg: Segment, pos: int, limit: int, offset: int, *, check_crc: bool
+) -> RecordInfo | None:
+    """The record at ``pos`` if it is a whole valid one (read with pread, see read_at)."""
+    total, magic = _header(seg, pos)
+    if magic not in (MAGIC_CODE_V1, MAGIC_CODE_V2) or not 0 < total <= limit - pos:
+        return None
+    data = read_at(seg.fd, pos, total)
+    return inspect_record(data, 0, len(data), offset, check_crc=check_crc)
+
+
+def _next_record(seg: Segment, pos: int) -> int | None:
+    """The position of the first valid record (or end marker) in ``seg`` after ``pos``."""
+    size = len(seg.mm)
+    limit = size - END_BLANK_MIN
+    rest = read_at(seg.fd, pos, size - pos)  # only read when non-zero bytes are there
+    nxt = {m: rest.find(m, 4) for m in _MAGICS}
+    while True:
+        live = [(at, m) for m, at in nxt.items() if at >= 0]
+        if not live:
+            return None
+        at, magic = min(live)
+        candidate = at - 4
+        if magic == _MAGICS[2]:
+            if read_total_and_magic(rest, candidate)[0] == size - (pos + candidate):
+                return pos + candidate
+        elif (
+            inspect_record(
+                rest, candidate, limit - pos, seg.base + pos + candidate, check_crc=False
+            )
+            is not None
+        ):
+            return pos + candidate
+        nxt[magic] = rest.find(magic, at + 1)
 
 
 def _is_boundary(commit_log: CommitLog, offset: int) -> bool:
@@ -107,42 +239,57 @@ def _is_boundary(commit_log: CommitLog, offset: int) -> bool:
         return True
     if pos > commit_log.segment_size - END_BLANK_MIN:
         return False
-    total, magic = read_total_and_magic(seg.mm, pos)
+    total, magic = _header(seg, pos)
     if total == 0 and magic == 0:
         return True
     if magic == BLANK_MAGIC:
         return total == commit_log.segment_size - pos
     limit = commit_log.segment_size - END_BLANK_MIN
-    return inspect_record(seg.mm, pos, limit, offset) is not None
+    return _record(seg, pos, limit, offset, check_crc=False) is not None
 
 
-def _scan(
-    commit_log: CommitLog, start: int, on_record: Callable[[int, RecordInfo], None]
-) -> tuple[int, int, bool]:
-    """Validate records from ``start``; returns (end, records, whether bad bytes ended it)."""
-    size = commit_log.segment_size
-    limit = size - END_BLANK_MIN
-    offset = start
-    count = 0
-    while True:
-        seg = commit_log.segment_at(offset)
-        if seg is None:
-            return offset, count, False
-        pos = offset - seg.base
-        if pos > limit:
-            return offset, count, True
-        total, magic = read_total_and_magic(seg.mm, pos)
-        if magic == BLANK_MAGIC and total == size - pos:
-            offset = seg.base + size
-            continue
-        if total == 0 and magic == 0:
-            return offset, count, False
-        info = inspect_record(seg.mm, pos, limit, offset)
-        if info is None:
-            return offset, count, True
-        on_record(offset, info)
-        offset += info.size
-        count += 1
+_RECORD_HEAD = struct.Struct(">iiiiiqq")  # total magic crc queueId flag queueOffset phys
+
+
+def _is_its_record(
+    commit_log: CommitLog, cq: ConsumeQueue, index: int, phys: int, size: int
+) -> bool:
+    """Whether a queue entry points at the head of the record it indexes."""
+    if phys < commit_log.min_offset:
+        return True  # retention removed it: nothing to check against, and max must stay
+    seg = commit_log.segment_at(phys)
+    if seg is None:
+        return False
+    head = read_at(seg.fd, phys - seg.base, _RECORD_HEAD.size)
+    if len(head) != _RECORD_HEAD.size:
+        return False
+    total, magic, _crc, qid, _flag, qoff, at = _RECORD_HEAD.unpack(head)
+    return magic in (MAGIC_CODE_V1, MAGIC_CODE_V2) and (total, qid, qoff, at) == (
+        size,
+        cq.queue_id,
+        index,
+        phys,
+    )
+
+
+def _rebuild_reason(
+    commit_log: CommitLog,
+    queues: dict[tuple[str, int], ConsumeQueue],
+    checkpoint: Checkpoint | None,
+) -> str:
+    """Why every queue must be re-dispatched from the log's start ("" if none must)."""
+    if checkpoint is None:
+        return "no checkpoint"
+    damaged = [cq.damaged for cq in queues.values() if cq.damaged]
+    if damaged:
+        return damaged[0]
+    for t, q, m in checkpoint.queue_maxima:
+        cq = queues.get((t, q))
+        if cq is None or cq.max_offset < m:
+            return f"consume queue {t}:{q} has fewer than the {m} entries checkpointed"
+    if checkpoint.commit_log_offset < commit_log.min_offset:
+        return "the checkpoint precedes the commit log's first segment"
+    return ""
 
 
 def recover(
@@ -152,78 +299,66 @@ def recover(
     new_queue: Callable[[str, int], ConsumeQueue],
     tags_code: Callable[[str, str, int], int],
 ) -> RecoveryReport:
-    """Validate the log from a safe point, rebuild queue entries, cut a torn tail."""
-    reason = ""
-    full = True
-    start = commit_log.min_offset
-    damaged = [cq.damaged for cq in queues.values() if cq.damaged]
-    if checkpoint is None:
-        reason = "no checkpoint"
-    elif damaged:
-        reason = damaged[0]
-    else:
-        short = [
-            (t, q, m)
-            for t, q, m in checkpoint.queue_maxima
-            if (cq := queues.get((t, q))) is None or cq.max_offset < m
-        ]
-        offset = checkpoint.commit_log_offset
-        if short:
-            t, q, m = short[0]
-            reason = f"consume queue {t}:{q} has fewer than the {m} entries checkpointed"
-        elif offset < commit_log.min_offset:
-            reason = "the checkpoint precedes the commit log's first segment"
-        elif not _is_boundary(commit_log, offset):
-            reason = f"the checkpoint offset {offset} is not a record boundary"
-        else:
-            full = False
-            start = offset
-            reason = "incremental from the checkpoint"
-
+    """Find the log's end, repair queue entries from the log, cut a torn tail."""
+    log_min = commit_log.min_offset
+    start = log_min
+    if (
+        checkpoint is not None
+        and checkpoint.commit_log_offset >= log_min
+        and _is_boundary(commit_log, checkpoint.commit_log_offset)
+    ):
+        start = checkpoint.commit_log_offset
+    reason = _rebuild_reason(commit_log, queues, checkpoint)
+    if not reason and start != checkpoint.commit_log_offset:  # type: ignore[union-attr]
+        reason = f"the checkpoint offset {checkpoint.commit_log_offset} is not a record boundary"  # type: ignore[union-attr]
     written = 0
+    gaps: list[str] = []
 
-    def dispatch(strict: bool) -> Callable[[int, RecordInfo], None]:
-        def on_record(offset: int, info: RecordInfo) -> None:
-            nonlocal written
-            key = (info.topic, info.queue_id)
-            cq = queues.get(key)
-            if cq is None:
-                cq = new_queue(info.topic, info.queue_id)
-            code = tags_code(info.topic, info.properties_raw, info.store_timestamp)
-            q = info.queue_offset
-            if q < cq.max_offset:
-                if q < cq.min_offset:
-                    return  # its consume queue file was already retired
-                if cq.entry(q) == (offset, info.size, code):
-                    return
-            elif q > cq.max_offset and strict:
-                raise _Gap(info.topic, info.queue_id, cq.max_offset, q)
-            cq.write_at(q, offset, info.size, code)
-            written += 1
+    def on_record(offset: int, info: RecordInfo) -> None:
+        nonlocal written
+        key = (info.topic, info.queue_id)
+        cq = queues.get(key)
+        if cq is None:
+            cq = new_queue(info.topic, info.queue_id)
+        code = tags_code(info.topic, info.properties_raw, info.store_timestamp)
+        q = info.queue_offset
+        if q < cq.max_offset:
+            if q < cq.min_offset:
+                return  # its consume queue file was already retired
+            if cq.entry(q) == (offset, info.size, code):
+                return
+        elif q > cq.max_offset and not gaps:
+            gaps.append(
+                f"consume queue {info.topic}:{info.queue_id} ends at {cq.max_offset} but "
+                f"the commit log continues it at {q}"
+            )
+        cq.write_at(q, offset, info.size, code)
+        written += 1
 
-        return on_record
-
-    try:
-        end, scanned, bad = _scan(commit_log, start, dispatch(strict=not full))
-    except _Gap as gap:
-        log.warning("%s: rebuilding every consume queue from the commit log", gap)
-        full = True
-        reason = str(gap)
-        start = commit_log.min_offset
-        end, scanned, bad = _scan(commit_log, start, dispatch(strict=False))
+    scan = _Scan(commit_log)
+    end = scan.run(start, None, on_record)
+    if not reason and gaps:
+        reason = gaps[0]
+        log.warning("%s: rebuilding every consume queue from the commit log", reason)
+    full = bool(reason)
+    if full and start != log_min:
+        # Re-dispatch what precedes the checkpoint; the log's end is already known.
+        scan.run(log_min, start, on_record)
+    scan_start = log_min if full else start
 
     commit_log.truncate(end)
     trimmed = 0
     for cq in list(queues.values()):
-        trimmed += cq.trim_beyond(end)
+        trimmed += cq.trim_beyond(end, functools.partial(_is_its_record, commit_log, cq))
         cq.correct_min(commit_log.min_offset)
     return RecoveryReport(
-        scan_start=start,
+        scan_start=scan_start,
         commit_log_end=end,
-        records_scanned=scanned,
+        records_scanned=scan.records,
         entries_written=written,
         entries_trimmed=trimmed,
-        truncated_from=end if bad else None,
+        truncated_from=end if scan.torn else None,
         full_rebuild=full,
-        reason=reason,
+        reason=reason or "incremental from the checkpoint",
+        bad_records=scan.bad_records,
     )

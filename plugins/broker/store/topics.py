@@ -8,6 +8,7 @@ decision, not the store's.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ import attrs
 from rmqk.model import PERM_READ, PERM_WRITE
 
 from .files import StoreError, read_json_document, write_json_document
+
+log = logging.getLogger("rmqk.broker.store")
 
 __all__ = ["DataVersion", "TopicConfig", "TopicConfigs"]
 
@@ -84,6 +87,8 @@ class TopicConfigs:
         self._version = DataVersion(self._clock(), 0)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()  # one writer of the file at a time
+        self._persisted = self._version
+        self._persist_failing = False
 
     @property
     def data_version(self) -> DataVersion:
@@ -107,6 +112,7 @@ class TopicConfigs:
         with self._lock:
             self._table = table
             self._version = data_version
+            self._persisted = data_version
 
     def persist(self) -> None:
         with self._write_lock:
@@ -115,7 +121,28 @@ class TopicConfigs:
                     "dataVersion": self._version.to_json(),
                     "topicConfigTable": {n: c.to_json() for n, c in sorted(self._table.items())},
                 }
+                version = self._version
             write_json_document(self.path, document)
+            self._persisted = version
+
+    def _persist_or_retry_later(self) -> None:
+        # Apache's ConfigManager.persist logs a failed write and goes on: the change
+        # holds in memory and the flush thread writes it once the disk allows
+        # (persist_pending), so a full disk never fails a heartbeat or a topic creation.
+        try:
+            self.persist()
+        except OSError as exc:
+            if not self._persist_failing:
+                log.warning("cannot write %s (%s): retrying in the background", self.path, exc)
+            self._persist_failing = True
+
+    def persist_pending(self) -> None:
+        """Write the document if a change has not reached the disk yet."""
+        if self._persisted != self._version:
+            self.persist()
+            if self._persist_failing:
+                log.warning("%s written again", self.path)
+            self._persist_failing = False
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._table.get(topic)
@@ -130,7 +157,7 @@ class TopicConfigs:
             previous = self._table.get(config.topic_name)
             self._table[config.topic_name] = config
             self._next_version()
-        self.persist()
+        self._persist_or_retry_later()
         return previous
 
     def create(
@@ -161,7 +188,7 @@ class TopicConfigs:
             if removed:
                 self._next_version()
         if removed:
-            self.persist()
+            self._persist_or_retry_later()
         return removed
 
     def _next_version(self) -> None:
