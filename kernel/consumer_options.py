@@ -27,6 +27,7 @@ import attrs
 
 from rmqk.errors import ConfigProblem
 from rmqk.model import ConsumeFromWhere, MessageModel
+from rmqk.namespace import check_namespace
 from rmqk.optionspec import (
     JAVA_INT_MAX,
     JAVA_LONG_MAX,
@@ -123,7 +124,11 @@ class ConsumerOptions:
     )
     namespace: str | None = _option(
         OptionType.STR,
-        'Namespace: groups and topics become "<namespace>%<name>" on the wire.',
+        "Namespace, as Java's NamespaceUtil applies it: topic T and group G become "
+        "<namespace>%T and <namespace>%G on the wire, the group's retry and dead-letter "
+        "topics %RETRY%<namespace>%G and %DLQ%<namespace>%G; system topics and groups stay "
+        "bare. Listeners and results see the names without it. Letters, digits, _, - and | "
+        "only. Unset, a name server endpoint MQ_INST_<a>_<b>.<host> supplies it, as in Java.",
         None,
         default_text="(none)",
         java_name="namespace",
@@ -475,6 +480,10 @@ def validate_options(
     what is allowed. The options are only meaningful when there are no problems.
     """
     values, problems = convert_values(OPTIONS_BY_NAME, mapping, where, unknown=unknown_key_message)
+    namespace_problem = check_namespace(values.get("namespace"))
+    if namespace_problem:
+        problems.append(where.problem("namespace", namespace_problem))
+        del values["namespace"]
     options = ConsumerOptions(**values)
     if (
         "consume_thread_min" in values or "consume_thread_max" in values
