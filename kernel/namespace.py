@@ -17,10 +17,15 @@ everything inside the client, and everything on the wire, uses wrapped names.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, MessageQueue
+import attrs
+
+from rmqk.errors import ConfigError
+from rmqk.message import Message, MessageProperty
+from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, SendResult
+from rmqk.optionspec import Where
 
 __all__ = [
     "NAMESPACE_SEPARATOR",
@@ -31,9 +36,13 @@ __all__ = [
     "is_system_resource",
     "namespace_from_endpoint",
     "namespace_of",
+    "resolve_namespace",
     "unwrap",
     "unwrap_queue",
     "unwrapping_rebalance_listener",
+    "user_send_result",
+    "wire_message",
+    "wire_target",
     "wrap",
     "wrap_and_retry",
     "wrap_queue",
@@ -166,10 +175,24 @@ def namespace_from_endpoint(namesrv_addr: str) -> str | None:
 
 
 def effective_namespace(namespace: str | None, namesrv_addrs: Iterable[str]) -> str | None:
-    """The namespace a client uses: the option, else the one its name server endpoint names."""
-    if namespace:
-        return namespace
+    """The namespace a client uses: the option, else the one its name server endpoint names.
+
+    An empty namespace is Java's ``setNamespace("")``: none, and no endpoint fallback.
+    """
+    if namespace is not None:
+        return namespace or None
     return namespace_from_endpoint(";".join(namesrv_addrs))
+
+
+def resolve_namespace(namespace: str | None, namesrv_addrs: Iterable[str], who: str) -> str | None:
+    """Check the ``namespace`` option of ``who`` and return the effective namespace.
+
+    Raises :class:`rmqk.errors.ConfigError` naming the option when it is not usable.
+    """
+    problem = check_namespace(namespace)
+    if problem:
+        raise ConfigError([Where("<options>", who).problem("namespace", problem)])
+    return effective_namespace(namespace, namesrv_addrs)
 
 
 def check_namespace(namespace: object) -> str | None:
@@ -198,7 +221,9 @@ def unwrapping_rebalance_listener(
     if not namespace:
         return listener
 
-    def unwrapped(topic: str, mq_all: Iterable[MessageQueue], assigned: Iterable[MessageQueue]) -> Any:
+    def unwrapped(
+        topic: str, mq_all: Iterable[MessageQueue], assigned: Iterable[MessageQueue]
+    ) -> Any:
         return listener(
             unwrap(namespace, topic),
             frozenset(unwrap_queue(namespace, q) for q in mq_all),
@@ -206,3 +231,49 @@ def unwrapping_rebalance_listener(
         )
 
     return unwrapped
+
+
+# -- the producer's boundary (DefaultMQProducer's withNamespace calls) ------------------
+
+Selector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+
+
+def wire_message(namespace: str | None, msg: Message) -> Message:
+    """A copy of ``msg`` under its wire topic, with the INSTANCE_ID property Java adds.
+
+    The caller's message keeps its topic, as Java restores it after the send.
+    """
+    if not namespace or not isinstance(msg, Message):
+        return msg
+    props = {**msg.properties, MessageProperty.INSTANCE_ID: namespace}
+    return Message(wrap(namespace, msg.topic), msg.body, flag=msg.flag, properties=props)
+
+
+def wire_target(
+    namespace: str | None, queue: MessageQueue | None, selector: Selector | None
+) -> tuple[MessageQueue | None, Selector | None]:
+    """A send's chosen queue, or its queue selector, in wire names."""
+    if not namespace:
+        return queue, selector
+    if queue is not None:
+        queue = wrap_queue(namespace, queue)
+    if selector is None:
+        return queue, None
+    chosen_by = selector
+
+    def select(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+        # sendSelectImpl: the selector sees the user's names, its choice goes on the wire.
+        user_msg = Message(
+            unwrap(namespace, msg.topic), msg.body, flag=msg.flag, properties=msg.properties
+        )
+        user_queues = [unwrap_queue(namespace, q) for q in queues]
+        return wrap_queue(namespace, chosen_by(user_queues, user_msg, arg))
+
+    return queue, select
+
+
+def user_send_result(namespace: str | None, result: SendResult) -> SendResult:
+    """The result with its queue under the user's topic (processSendResponse)."""
+    if not namespace:
+        return result
+    return attrs.evolve(result, queue=unwrap_queue(namespace, result.queue))

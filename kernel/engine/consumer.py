@@ -22,7 +22,6 @@ from rmqk.engine.startup import load_offset_store, start_once
 from rmqk.engine.stats import ConsumerStats
 from rmqk.errors import ClientError, ConfigError
 from rmqk.message import Message, MessageExt, MessageProperty
-from rmqk.namespace import unwrapping_rebalance_listener
 from rmqk.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumeType,
@@ -35,6 +34,7 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
+from rmqk.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, Where, check_group, validate_options
 from rmqk.transport import ConsumeMessageDirectlyResult
 

@@ -34,7 +34,7 @@ from rmqk.model import (
     ServiceState,
     SubscriptionData,
 )
-from rmqk.namespace import effective_namespace, unwrap, unwrap_queue, wrap, wrap_queue
+from rmqk.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
 from rmqk.options import ConsumerOptions, Where, check_group
 from rmqk.pluginmanager import registries
 from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData
@@ -64,7 +64,7 @@ class ConsumerMember:
         addrs = options.namesrv_addr or tuple(os.environ.get("NAMESRV_ADDR", "").split(";"))
         # The namespace this consumer names things in; every name inside the client and on
         # the wire is wrapped in it, the public methods convert at their boundary.
-        self.namespace = effective_namespace(options.namespace, addrs)
+        self.namespace = resolve_namespace(options.namespace, addrs, f"consumer {group!r}")
         # The wire group, as Java's start() sets it (setConsumerGroup(wrapNamespace(...))).
         self.group = wrap(self.namespace, group)
         if self.group != group:
@@ -268,7 +268,7 @@ class ConsumerMember:
         return unwrap_queue(self.namespace, queue)
 
     def unwrap_messages(self, msgs: Iterable[MessageExt]) -> None:
-        """Show ``msgs`` under the user's topic names (the namespace half of resetRetryAndNamespace)."""
+        """Show ``msgs`` under the user's topic names (half of Java's resetRetryAndNamespace)."""
         namespace = self.namespace
         if namespace:
             for msg in msgs:

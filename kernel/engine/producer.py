@@ -59,6 +59,14 @@ from rmqk.model import (
     TopicRouteData,
     java_string_hash,
 )
+from rmqk.namespace import (
+    resolve_namespace,
+    unwrap_queue,
+    user_send_result,
+    wire_message,
+    wire_target,
+    wrap,
+)
 from rmqk.transport import SendMessageRequest
 from rmqk.uniq_id import create_uniq_id
 
@@ -130,7 +138,15 @@ class AsyncProducer:
         transport: str = "tcp",
         transport_options: dict[str, Any] | None = None,
         unit_name: str | None = None,
+        namespace: str | None = None,
     ) -> None:
+        if isinstance(namesrv_addr, str):
+            addrs = tuple(a for a in namesrv_addr.split(";") if a)
+        else:
+            addrs = tuple(namesrv_addr)
+        env_addrs = os.environ.get("NAMESRV_ADDR", "").split(";")
+        self.namespace = resolve_namespace(namespace, addrs or env_addrs, f"producer {group!r}")
+        group = wrap(self.namespace, group)  # as Java's start(): wrapped, then checked
         if not group or not _GROUP_RE.match(group) or len(group) > 255:
             raise ClientError(
                 f"producerGroup {group!r} is invalid: "
@@ -140,10 +156,6 @@ class AsyncProducer:
             raise ClientError(
                 "producerGroup can not equal DEFAULT_PRODUCER, please specify another one."
             )
-        if isinstance(namesrv_addr, str):
-            addrs = tuple(a for a in namesrv_addr.split(";") if a)
-        else:
-            addrs = tuple(namesrv_addr)
         self.group = group
         self.namesrv_addrs = addrs or tuple(
             a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
@@ -270,7 +282,8 @@ class AsyncProducer:
 
     async def queues_for(self, topic: str) -> list[MessageQueue]:
         """The writable queues of ``topic`` (fetchPublishMessageQueues)."""
-        return list((await self._publish_info(topic)).queues)
+        queues = (await self._publish_info(wrap(self.namespace, topic))).queues
+        return [unwrap_queue(self.namespace, mq) for mq in queues]
 
     # -- sending --------------------------------------------------------------------
 
@@ -288,6 +301,23 @@ class AsyncProducer:
         timeout_ms: int | None = None,
     ) -> SendResult:
         """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
+        ns = self.namespace
+        queue, selector = wire_target(ns, queue, selector)
+        wire = wire_message(ns, msg)
+        result = await self._send_sync(
+            wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
+        )
+        return user_send_result(ns, result)
+
+    async def _send_sync(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        arg: Any,
+        timeout_ms: int | None,
+    ) -> SendResult:
         self._check_running()
         validate_message(msg, self.max_message_size)
         timeout = timeout_ms or self.send_msg_timeout
@@ -319,6 +349,23 @@ class AsyncProducer:
 
         Await it, or wrap it in a task for a send that completes in the background.
         """
+        ns = self.namespace
+        queue, selector = wire_target(ns, queue, selector)
+        wire = wire_message(ns, msg)
+        result = await self._send_async(
+            wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
+        )
+        return user_send_result(ns, result)
+
+    async def _send_async(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        arg: Any,
+        timeout_ms: int | None,
+    ) -> SendResult:
         begin = now_ms()
         timeout = timeout_ms or self.send_msg_timeout
         self._check_running()
@@ -342,6 +389,7 @@ class AsyncProducer:
 
     async def send_oneway(self, msg: Message) -> None:
         """One attempt, no answer awaited (Java's oneway mode)."""
+        msg = wire_message(self.namespace, msg)
         self._check_running()
         validate_message(msg, self.max_message_size)
         await self._send_default(
@@ -365,6 +413,19 @@ class AsyncProducer:
 
         Retried as ``send`` is, unless ``queue`` is given.
         """
+        ns = self.namespace
+        queue, _ = wire_target(ns, queue, None)
+        wire = [wire_message(ns, m) for m in msgs] if ns else msgs
+        result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms)
+        return user_send_result(ns, result)
+
+    async def _send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None,
+        timeout_ms: int | None,
+    ) -> SendResult:
         self._check_running()
         if not msgs:
             raise ClientError("the batch is empty")

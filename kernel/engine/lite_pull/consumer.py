@@ -28,7 +28,6 @@ from rmqk.engine.pull import FlowControl, PullAPI
 from rmqk.engine.startup import load_offset_store, start_once
 from rmqk.errors import ClientError, ConfigError, RmqkError
 from rmqk.message import MessageExt
-from rmqk.namespace import unwrapping_rebalance_listener
 from rmqk.model import (
     ConsumeFromWhere,
     ConsumeType,
@@ -38,6 +37,7 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
+from rmqk.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, Where, check_group, check_topic
 from rmqk.transport import ConsumeMessageDirectlyResult
 
