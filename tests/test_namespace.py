@@ -454,3 +454,141 @@ async def test_broadcast_offsets_file_is_under_the_wrapped_group(
     assert len(files) == 1
     assert files[0].parent.name == "ns1%GID_bc"
     assert "ns1%Bcast" in files[0].read_text()
+
+
+def test_spark_source_reads_a_namespace(broker_thread: Any) -> None:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from rmqk.plugins.spark.source import RocketMQStreamReader, SourceOptions
+
+    async def produce() -> None:
+        addr = broker_thread.namesrv_addr
+        async with AsyncProducer("PID_spark", namesrv_addr=addr, namespace="ns1") as p:
+            for i in range(5):
+                await p.send(Message("Orders", f"o{i}".encode()))
+        async with AsyncProducer("PID_spark", namesrv_addr=addr) as p:
+            await p.send(Message("Orders", b"bare"))
+
+    asyncio.run(produce())
+    given = {"namesrv": broker_thread.namesrv_addr, "topics": "Orders", "Namespace": "ns1"}
+    opts = SourceOptions.parse({**given, "startingOffsets": "earliest"}, streaming=True)
+    assert (opts.topics, opts.consumer_group) == (("ns1%Orders",), "ns1%rmqk-spark-source")
+    pinned = SourceOptions.parse({**given, "startingOffsets": '{"Orders@broker-a@0": 3}'}, True)
+    assert [str(k) for k, _ in pinned.starting.specific] == ["ns1%Orders@broker-a@0"]
+    reader = RocketMQStreamReader(opts)
+    try:
+        start = reader.initialOffset()
+        assert start and all(key.startswith("ns1%Orders@") for key in start)
+        end = reader.latestOffset()
+        rows = [
+            r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()
+        ]
+        assert sorted(r["body"] for r in rows) == [b"o0", b"o1", b"o2", b"o3", b"o4"]
+        assert {r["topic"] for r in rows} == {"Orders"}
+    finally:
+        reader.stop()
+    with pytest.raises(ConfigError, match="namespace"):
+        SourceOptions.parse({**given, "namespace": "ns 1"}, streaming=True)
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def _cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    from rmqk.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.timeout(120)
+def test_run_status_and_admin_with_a_namespace(
+    broker_thread: Any, tmp_path: Path, capsys: Any
+) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    addr = broker_thread.namesrv_addr
+    create = ("admin", "topic", "create", "Orders", "-n", addr, "--namespace", "ns1")
+    code, out, _ = _cli(capsys, *create)
+    assert code == 0 and "ns1%Orders" in out
+
+    async def produce() -> None:
+        async with AsyncProducer("PID_cli", namesrv_addr=addr, namespace="ns1") as p:
+            for i in range(3):
+                await p.send(Message("Orders", f"c{i}".encode()))
+
+    asyncio.run(produce())
+    out_file = tmp_path / "out.jsonl"
+    config = tmp_path / "ns.toml"
+    config.write_text(
+        f"""
+[consumers.orders]
+group = "GID_cli"
+namespace = "ns1"
+namesrv_addr = "{addr}"
+subscription = {{ Orders = "*" }}
+consume_from_where = "CONSUME_FROM_FIRST_OFFSET"
+sink = "jsonl"
+sink_options = {{ path = "{out_file}" }}
+"""
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            if out_file.exists() and len(out_file.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+        assert len(rows) == 3
+        assert {r["topic"] for r in rows} == {"Orders"}
+        code, out, _ = _cli(capsys, "status", str(config), "--json")
+        (status,) = json.loads(out)
+        assert status["group"] == "ns1%GID_cli"
+        assert {q["topic"] for q in status["queues"]} == {"ns1%Orders"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+    code, out, _ = _cli(
+        capsys, "status", "--namesrv", addr, "--group", "GID_cli", "--namespace", "ns1",
+        "--topic", "Orders", "--json",
+    )
+    (status,) = json.loads(out)
+    assert (status["group"], status["lag"]) == ("ns1%GID_cli", 0)
+    assert sum(q["consumer_offset"] for q in status["queues"]) == 3
+
+    code, out, _ = _cli(
+        capsys, "admin", "consumer", "progress", "GID_cli", "--topic", "Orders", "-n", addr,
+        "--namespace", "ns1", "--json",
+    )
+    assert code == 0
+    report = json.loads(out)
+    assert report["group"] == "ns1%GID_cli" and report["diffTotal"] == 0
+    assert {q["topic"] for q in report["queues"]} == {"ns1%Orders"}
+    # Without the namespace the bare group has no offsets of its own.
+    code, out, _ = _cli(capsys, "admin", "consumer", "progress", "GID_cli", "-n", addr, "--json")
+    assert all(q["consumer_offset"] == 0 for q in json.loads(out)["queues"])
+
+    listing = ("admin", "topic", "list", "-n", addr, "--namespace", "ns1", "--json")
+    code, out, _ = _cli(capsys, *listing)
+    listed = {t["topic"] for t in json.loads(out)}
+    assert listed == {"ns1%Orders", "%RETRY%ns1%GID_cli"}
+
+    for argv in (
+        ("admin", "topic", "list", "-n", addr, "--namespace", "ns 1"),
+        ("status", "--namesrv", addr, "--group", "g", "--namespace", "ns%1"),
+    ):
+        code, _, err = _cli(capsys, *argv)
+        assert code != 0 and "--namespace" in err
