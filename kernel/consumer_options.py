@@ -124,11 +124,12 @@ class ConsumerOptions:
     )
     namespace: str | None = _option(
         OptionType.STR,
-        "Namespace, as Java's NamespaceUtil applies it: topic T and group G become "
-        "<namespace>%T and <namespace>%G on the wire, the group's retry and dead-letter "
-        "topics %RETRY%<namespace>%G and %DLQ%<namespace>%G; system topics and groups stay "
-        "bare. Listeners and results see the names without it. Letters, digits, _, - and | "
-        "only. Unset, a name server endpoint MQ_INST_<a>_<b>.<host> supplies it, as in Java.",
+        "Namespace, as Java's NamespaceUtil applies it: with namespace ns1, topic T and group "
+        "G are ns1%T and ns1%G on the wire, the group's retry and dead-letter topics "
+        "%RETRY%ns1%G and %DLQ%ns1%G; system topics and groups stay bare. Listeners and "
+        "results see the names without it. Letters, digits, underscore, hyphen and vertical "
+        "bar only. Unset, a name server endpoint such as MQ_INST_1_abc.example.com:80 "
+        "supplies it (MQ_INST_1_abc), as in Java.",
         None,
         default_text="(none)",
         java_name="namespace",

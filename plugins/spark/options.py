@@ -359,9 +359,9 @@ class SourceOptionTable:
     )
     namespace: str | None = option(
         OptionType.STR,
-        "A client namespace, as Java's: topics, JSON offset keys and consumerGroup are read as "
-        "<namespace>%<name> on the brokers; the rows' topic column holds the names without it. "
-        "Unset, a name server endpoint MQ_INST_<a>_<b>.<host> supplies it.",
+        "A client namespace, as Java's: with ns1, topics, JSON offset keys and consumerGroup "
+        "are read as ns1%name on the brokers; the rows' topic column holds the names without "
+        "it. Unset, a name server endpoint such as MQ_INST_1_abc.example.com:80 supplies it.",
         None,
         default_text="(none)",
         nullable=True,
