@@ -353,9 +353,11 @@ async def test_failing_listener_retries_then_dead_letters_under_the_namespace(
 ) -> None:
     broker = await broker_factory(delay_levels=" ".join(["50ms"] * 18))
     attempts: list[tuple[str, int]] = []
+    origins: list[str | None] = []
 
     def fail(msgs: list[MessageExt]) -> None:
         attempts.extend((m.topic, m.reconsume_times) for m in msgs)
+        origins.extend(m.properties.get("RETRY_TOPIC") for m in msgs)
         raise RuntimeError("always")
 
     consumer = _push("GID_dlq", broker, namespace="ns1", max_reconsume_times=2)
@@ -368,6 +370,8 @@ async def test_failing_listener_retries_then_dead_letters_under_the_namespace(
         # The first delivery and two retries, each shown under the user's topic.
         await _wait_for(lambda: len(attempts) >= 3, timeout=60)
         assert attempts[:3] == [("Work", 0), ("Work", 1), ("Work", 2)]
+        # The send-back named the wire topic, so the broker recorded it as the origin.
+        assert origins[:3] == [None, "ns1%Work", "ns1%Work"]
 
         async def dlq_exists() -> bool:
             return "%DLQ%ns1%GID_dlq" in await _topics(broker)
@@ -592,3 +596,40 @@ sink_options = {{ path = "{out_file}" }}
     ):
         code, _, err = _cli(capsys, *argv)
         assert code != 0 and "--namespace" in err
+
+
+@pytest.mark.timeout(90)
+async def test_send_back_fallback_republishes_to_the_wrapped_retry_topic(
+    broker_factory: Factory,
+) -> None:
+    broker = await broker_factory(delay_levels=" ".join(["50ms"] * 18))
+    received: list[MessageExt] = []
+    consumer = _push("GID_fb", broker, namespace="ns1")
+    consumer.subscribe("Work", "*")
+    consumer.register_listener(lambda msgs: received.extend(msgs))
+    async with AsyncProducer("PID_fb", namesrv_addr=broker.namesrv_addr, namespace="ns1") as p:
+        await p.send(Message("Work", b"again"))
+    await consumer.start()
+    try:
+        await _wait_for(lambda: bool(received))
+        msg = received[0]
+
+        async def refuse(*args: Any, **kwargs: Any) -> None:
+            raise ConnectionError("broker refuses send-back")
+
+        consumer.client.transport.consumer_send_msg_back = refuse  # type: ignore[method-assign]
+        # The retry topic must be routable first (the broker registers it with the name
+        # server a moment after the heartbeat that created it).
+        for _ in range(200):
+            if "%RETRY%ns1%GID_fb" in await _topics(broker):
+                break
+            await asyncio.sleep(0.05)
+        await consumer.send_message_back(msg, 0, None)
+        assert msg.topic == "Work"  # the listener's message keeps the user's name
+        await _wait_for(lambda: len(received) >= 2)
+        retried = received[1]
+        assert (retried.topic, retried.body, retried.reconsume_times) == ("Work", b"again", 1)
+        assert retried.properties["RETRY_TOPIC"] == "ns1%Work"
+        assert consumer.client.inner_producer.group == "CLIENT_INNER_PRODUCER"
+    finally:
+        await consumer.shutdown()

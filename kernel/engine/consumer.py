@@ -372,10 +372,13 @@ class AsyncPushConsumer(ConsumerMember):
         if self.client.inner_producer is None:
             from rmqk.engine.producer import AsyncProducer
 
+            # Shared by the instance's consumers of every namespace: its group stays bare,
+            # as Java's inner producer's, and the retry topics it sends to are wrapped already.
             producer = AsyncProducer(
                 "CLIENT_INNER_PRODUCER",
                 namesrv_addr=";".join(self._namesrv),
                 transport=self.options.transport,
+                namespace="",
             )
             await producer.start(client=self.client)
             self.client.inner_producer = producer

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from rmqk import namespace as nsutil
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.fault_strategy import (
     DEFAULT_LATENCY_MAX,
@@ -58,14 +59,6 @@ from rmqk.model import (
     ServiceState,
     TopicRouteData,
     java_string_hash,
-)
-from rmqk.namespace import (
-    resolve_namespace,
-    unwrap_queue,
-    user_send_result,
-    wire_message,
-    wire_target,
-    wrap,
 )
 from rmqk.transport import SendMessageRequest
 from rmqk.uniq_id import create_uniq_id
@@ -144,9 +137,12 @@ class AsyncProducer:
             addrs = tuple(a for a in namesrv_addr.split(";") if a)
         else:
             addrs = tuple(namesrv_addr)
-        env_addrs = os.environ.get("NAMESRV_ADDR", "").split(";")
-        self.namespace = resolve_namespace(namespace, addrs or env_addrs, f"producer {group!r}")
-        group = wrap(self.namespace, group)  # as Java's start(): wrapped, then checked
+        self.namesrv_addrs = addrs or tuple(
+            a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
+        )
+        who = f"producer {group!r}"
+        self.namespace = nsutil.resolve_namespace(namespace, self.namesrv_addrs, who)
+        group = nsutil.wrap(self.namespace, group)  # as Java's start(): wrapped, then checked
         if not group or not _GROUP_RE.match(group) or len(group) > 255:
             raise ClientError(
                 f"producerGroup {group!r} is invalid: "
@@ -157,9 +153,6 @@ class AsyncProducer:
                 "producerGroup can not equal DEFAULT_PRODUCER, please specify another one."
             )
         self.group = group
-        self.namesrv_addrs = addrs or tuple(
-            a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
-        )
         self.options = ProducerOptions.build(
             send_msg_timeout=send_msg_timeout,
             retry_times_when_send_failed=retry_times_when_send_failed,
@@ -246,6 +239,10 @@ class AsyncProducer:
     def publish_topics(self) -> list[str]:
         return list(self._publish)
 
+    def is_publish_topic_need_update(self, topic: str) -> bool:
+        info = self._publish.get(topic)
+        return info is None or not info.ok()
+
     def update_topic_publish_info(self, topic: str, route: TopicRouteData) -> None:
         queues = route.publish_queues(topic)
         if queues:
@@ -282,8 +279,8 @@ class AsyncProducer:
 
     async def queues_for(self, topic: str) -> list[MessageQueue]:
         """The writable queues of ``topic`` (fetchPublishMessageQueues)."""
-        queues = (await self._publish_info(wrap(self.namespace, topic))).queues
-        return [unwrap_queue(self.namespace, mq) for mq in queues]
+        queues = (await self._publish_info(nsutil.wrap(self.namespace, topic))).queues
+        return [nsutil.unwrap_queue(self.namespace, mq) for mq in queues]
 
     # -- sending --------------------------------------------------------------------
 
@@ -302,12 +299,12 @@ class AsyncProducer:
     ) -> SendResult:
         """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
         ns = self.namespace
-        queue, selector = wire_target(ns, queue, selector)
-        wire = wire_message(ns, msg)
+        queue, selector = nsutil.wire_target(ns, queue, selector)
+        wire = nsutil.wire_message(ns, msg)
         result = await self._send_sync(
             wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
         )
-        return user_send_result(ns, result)
+        return nsutil.user_send_result(ns, result)
 
     async def _send_sync(
         self,
@@ -350,12 +347,12 @@ class AsyncProducer:
         Await it, or wrap it in a task for a send that completes in the background.
         """
         ns = self.namespace
-        queue, selector = wire_target(ns, queue, selector)
-        wire = wire_message(ns, msg)
+        queue, selector = nsutil.wire_target(ns, queue, selector)
+        wire = nsutil.wire_message(ns, msg)
         result = await self._send_async(
             wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
         )
-        return user_send_result(ns, result)
+        return nsutil.user_send_result(ns, result)
 
     async def _send_async(
         self,
@@ -389,7 +386,7 @@ class AsyncProducer:
 
     async def send_oneway(self, msg: Message) -> None:
         """One attempt, no answer awaited (Java's oneway mode)."""
-        msg = wire_message(self.namespace, msg)
+        msg = nsutil.wire_message(self.namespace, msg)
         self._check_running()
         validate_message(msg, self.max_message_size)
         await self._send_default(
@@ -414,10 +411,10 @@ class AsyncProducer:
         Retried as ``send`` is, unless ``queue`` is given.
         """
         ns = self.namespace
-        queue, _ = wire_target(ns, queue, None)
-        wire = [wire_message(ns, m) for m in msgs] if ns else msgs
+        queue, _ = nsutil.wire_target(ns, queue, None)
+        wire = [nsutil.wire_message(ns, m) for m in msgs] if ns else msgs
         result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms)
-        return user_send_result(ns, result)
+        return nsutil.user_send_result(ns, result)
 
     async def _send_batch(
         self,
