@@ -31,6 +31,7 @@ from rmqk.model import (
     MessageModel,
     SubscriptionData,
 )
+from rmqk.namespace import wrap
 from rmqk.options import (
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -345,7 +346,7 @@ def _compose(
 
 def _effective_group(group: str, namespace: object) -> str:
     # Java wraps the group as "<namespace>%<group>", so namespaces separate groups.
-    return f"{namespace}%{group}" if isinstance(namespace, str) and namespace else group
+    return wrap(namespace, group) if isinstance(namespace, str) else group
 
 
 def _in_file_order(problems: list[ConfigProblem], table: Mapping[str, Any]) -> list[ConfigProblem]:

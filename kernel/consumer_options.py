@@ -27,6 +27,7 @@ import attrs
 
 from rmqk.errors import ConfigProblem
 from rmqk.model import ConsumeFromWhere, MessageModel
+from rmqk.namespace import check_namespace
 from rmqk.optionspec import (
     JAVA_INT_MAX,
     JAVA_LONG_MAX,
@@ -123,7 +124,12 @@ class ConsumerOptions:
     )
     namespace: str | None = _option(
         OptionType.STR,
-        'Namespace: groups and topics become "<namespace>%<name>" on the wire.',
+        "Namespace, as Java's NamespaceUtil applies it: with namespace ns1, topic T and group "
+        "G are ns1%T and ns1%G on the wire, the group's retry and dead-letter topics "
+        "%RETRY%ns1%G and %DLQ%ns1%G; system topics and groups stay bare. Listeners and "
+        "results see the names without it. Letters, digits, underscore, hyphen and vertical "
+        "bar only. Unset, a name server endpoint such as MQ_INST_1_abc.example.com:80 "
+        "supplies it (MQ_INST_1_abc), as in Java.",
         None,
         default_text="(none)",
         java_name="namespace",
@@ -475,6 +481,10 @@ def validate_options(
     what is allowed. The options are only meaningful when there are no problems.
     """
     values, problems = convert_values(OPTIONS_BY_NAME, mapping, where, unknown=unknown_key_message)
+    namespace_problem = check_namespace(values.get("namespace"))
+    if namespace_problem:
+        problems.append(where.problem("namespace", namespace_problem))
+        del values["namespace"]
     options = ConsumerOptions(**values)
     if (
         "consume_thread_min" in values or "consume_thread_max" in values

@@ -138,6 +138,8 @@ class ProducerInner(Protocol):
 
     def update_topic_publish_info(self, topic: str, route: TopicRouteData) -> None: ...
 
+    def is_publish_topic_need_update(self, topic: str) -> bool: ...
+
 
 class ClientInstance:
     _instances: dict[tuple[int, str], ClientInstance] = {}
@@ -330,7 +332,10 @@ class ClientInstance:
             old = self.route_table.get(topic)
             changed = old is None or not _same_route(old, route)
             if not changed:
+                # isNeedUpdateTopicRouteInfo: a producer new to a topic the consumers know.
                 changed = any(
+                    p.is_publish_topic_need_update(topic) for p in list(self.producers.values())
+                ) or any(
                     c.is_subscribe_topic_need_update(topic) for c in list(self.consumers.values())
                 )
             if not changed:

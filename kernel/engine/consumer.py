@@ -34,6 +34,7 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
+from rmqk.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, Where, check_group, validate_options
 from rmqk.transport import ConsumeMessageDirectlyResult
 
@@ -115,6 +116,7 @@ class AsyncPushConsumer(ConsumerMember):
         subscription is then not taken).
         """
         etype = ExpressionType(expression_type)
+        topic = self.wire_topic(topic)
         sub = build_subscription(topic, expression, etype, int(time.time() * 1000))
         if self.state is not ServiceState.RUNNING:
             self._subscriptions[topic] = (sub.sub_string, etype)
@@ -133,6 +135,7 @@ class AsyncPushConsumer(ConsumerMember):
         await self.client.send_heartbeat_to_all_brokers()
 
     def unsubscribe(self, topic: str) -> None:
+        topic = self.wire_topic(topic)
         self._subscriptions.pop(topic, None)
         self.rebalance.subscription_inner.pop(topic, None)
 
@@ -144,8 +147,11 @@ class AsyncPushConsumer(ConsumerMember):
         return listener
 
     def register_rebalance_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
-        """``listener(topic, all_queues, assigned)`` after each rebalance change (may be async)."""
-        self.rebalance_listener = listener
+        """``listener(topic, all_queues, assigned)`` after each rebalance change (may be async).
+
+        The topic and queues are named as the user names them, without the namespace.
+        """
+        self.rebalance_listener = unwrapping_rebalance_listener(self.namespace, listener)
         return listener
 
     @property
@@ -300,13 +306,14 @@ class AsyncPushConsumer(ConsumerMember):
     # -- helpers for consume services -----------------------------------------------------------
 
     def reset_retry_topic(self, msgs: list[MessageExt]) -> None:
-        """Show retried messages under their original topic (resetRetryTopic)."""
+        """Show messages under their original topic, without namespace (resetRetryAndNamespace)."""
         retry = self.retry_topic
         for msg in msgs:
             if msg.topic == retry:
                 original = msg.properties.get(MessageProperty.RETRY_TOPIC)
                 if original:
                     msg.topic = original
+        self.unwrap_messages(msgs)
 
     def max_reconsume_times(self) -> int:
         value = self.options.max_reconsume_times
@@ -317,7 +324,21 @@ class AsyncPushConsumer(ConsumerMember):
     async def send_message_back(
         self, msg: MessageExt, delay_level: int, broker_name: str | None
     ) -> None:
-        """CONSUMER_SEND_MSG_BACK to the source broker, else re-publish to %RETRY%group."""
+        """CONSUMER_SEND_MSG_BACK to the source broker, else re-publish to %RETRY%group.
+
+        The broker is told the message's wire topic; the listener's message keeps the
+        user's name afterwards, as Java's sendMessageBack restores it.
+        """
+        user_topic = msg.topic
+        msg.topic = self.wire_topic(user_topic)
+        try:
+            await self._send_message_back(msg, delay_level, broker_name)
+        finally:
+            msg.topic = user_topic
+
+    async def _send_message_back(
+        self, msg: MessageExt, delay_level: int, broker_name: str | None
+    ) -> None:
         addr = (
             self.client.find_broker_address_in_publish(broker_name)
             if broker_name
@@ -351,10 +372,13 @@ class AsyncPushConsumer(ConsumerMember):
         if self.client.inner_producer is None:
             from rmqk.engine.producer import AsyncProducer
 
+            # Shared by the instance's consumers of every namespace: its group stays bare,
+            # as Java's inner producer's, and the retry topics it sends to are wrapped already.
             producer = AsyncProducer(
                 "CLIENT_INNER_PRODUCER",
                 namesrv_addr=";".join(self._namesrv),
                 transport=self.options.transport,
+                namespace="",
             )
             await producer.start(client=self.client)
             self.client.inner_producer = producer
@@ -483,6 +507,9 @@ class AsyncPushConsumer(ConsumerMember):
                     prev,
                 )
             self.stats.pull_tps(mq.topic, len(msgs))
+            if mq.topic != self.retry_topic:
+                # Retried messages are renamed with their original topic by reset_retry_topic.
+                self.unwrap_messages(msgs)
             dispatch = pq.put_messages(msgs)
             pq.set_acc_from_max_offset(result.max_offset, msgs[-1].queue_offset)
             self.consume_service.submit(msgs, pq, mq, dispatch)

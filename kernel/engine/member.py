@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, ClassVar, Self
@@ -23,7 +24,7 @@ from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.rebalance import Rebalance
 from rmqk.engine.startup import client_for, resolve_namesrv
-from rmqk.errors import ClientError, RmqkError
+from rmqk.errors import ClientError, ConfigError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import (
     ConsumeFromWhere,
@@ -33,7 +34,8 @@ from rmqk.model import (
     ServiceState,
     SubscriptionData,
 )
-from rmqk.options import ConsumerOptions
+from rmqk.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
+from rmqk.options import ConsumerOptions, Where, check_group
 from rmqk.pluginmanager import registries
 from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData
 
@@ -59,7 +61,17 @@ class ConsumerMember:
     allocation_strategy: AllocationStrategy
 
     def __init__(self, group: str, options: ConsumerOptions) -> None:
-        self.group = group
+        addrs = options.namesrv_addr or tuple(os.environ.get("NAMESRV_ADDR", "").split(";"))
+        # The namespace this consumer names things in; every name inside the client and on
+        # the wire is wrapped in it, the public methods convert at their boundary.
+        self.namespace = resolve_namespace(options.namespace, addrs, f"consumer {group!r}")
+        # The wire group, as Java's start() sets it (setConsumerGroup(wrapNamespace(...))).
+        self.group = wrap(self.namespace, group)
+        if self.group != group:
+            problem = check_group(self.group)
+            if problem:
+                where = Where("<consumer options>", f"consumer {group!r}")
+                raise ConfigError([where.problem("namespace", problem)])
         self.options = options
         self.message_model: MessageModel = options.message_model
         self.state = ServiceState.CREATE_JUST
@@ -225,18 +237,42 @@ class ConsumerMember:
         return self.options.mq_client_api_timeout
 
     async def min_offset(self, queue: MessageQueue) -> int:
+        queue = self.wire_queue(queue)
         addr = await self.client.find_broker_addr_for_admin(queue.broker_name, queue.topic)
         return await self.client.transport.get_min_offset(addr, queue, self._admin_timeout_ms())
 
     async def max_offset(self, queue: MessageQueue) -> int:
+        queue = self.wire_queue(queue)
         addr = await self.client.find_broker_addr_for_admin(queue.broker_name, queue.topic)
         return await self.client.transport.get_max_offset(addr, queue, self._admin_timeout_ms())
 
     async def search_offset(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        queue = self.wire_queue(queue)
         addr = await self.client.find_broker_addr_for_admin(queue.broker_name, queue.topic)
         return await self.client.transport.search_offset(
             addr, queue, timestamp_ms, self._admin_timeout_ms()
         )
+
+    # -- names: the user's at the public methods, the wire's inside --------------------------
+
+    def wire_topic(self, topic: str) -> str:
+        return wrap(self.namespace, topic)
+
+    def user_topic(self, topic: str) -> str:
+        return unwrap(self.namespace, topic)
+
+    def wire_queue(self, queue: MessageQueue) -> MessageQueue:
+        return wrap_queue(self.namespace, queue)
+
+    def user_queue(self, queue: MessageQueue) -> MessageQueue:
+        return unwrap_queue(self.namespace, queue)
+
+    def unwrap_messages(self, msgs: Iterable[MessageExt]) -> None:
+        """Show ``msgs`` under the user's topic names (half of Java's resetRetryAndNamespace)."""
+        namespace = self.namespace
+        if namespace:
+            for msg in msgs:
+                msg.topic = unwrap(namespace, msg.topic)
 
     # -- background work -----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from rmqk import namespace as nsutil
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.fault_strategy import (
     DEFAULT_LATENCY_MAX,
@@ -130,7 +131,18 @@ class AsyncProducer:
         transport: str = "tcp",
         transport_options: dict[str, Any] | None = None,
         unit_name: str | None = None,
+        namespace: str | None = None,
     ) -> None:
+        if isinstance(namesrv_addr, str):
+            addrs = tuple(a for a in namesrv_addr.split(";") if a)
+        else:
+            addrs = tuple(namesrv_addr)
+        self.namesrv_addrs = addrs or tuple(
+            a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
+        )
+        who = f"producer {group!r}"
+        self.namespace = nsutil.resolve_namespace(namespace, self.namesrv_addrs, who)
+        group = nsutil.wrap(self.namespace, group)  # as Java's start(): wrapped, then checked
         if not group or not _GROUP_RE.match(group) or len(group) > 255:
             raise ClientError(
                 f"producerGroup {group!r} is invalid: "
@@ -140,14 +152,7 @@ class AsyncProducer:
             raise ClientError(
                 "producerGroup can not equal DEFAULT_PRODUCER, please specify another one."
             )
-        if isinstance(namesrv_addr, str):
-            addrs = tuple(a for a in namesrv_addr.split(";") if a)
-        else:
-            addrs = tuple(namesrv_addr)
         self.group = group
-        self.namesrv_addrs = addrs or tuple(
-            a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
-        )
         self.options = ProducerOptions.build(
             send_msg_timeout=send_msg_timeout,
             retry_times_when_send_failed=retry_times_when_send_failed,
@@ -234,6 +239,10 @@ class AsyncProducer:
     def publish_topics(self) -> list[str]:
         return list(self._publish)
 
+    def is_publish_topic_need_update(self, topic: str) -> bool:
+        info = self._publish.get(topic)
+        return info is None or not info.ok()
+
     def update_topic_publish_info(self, topic: str, route: TopicRouteData) -> None:
         queues = route.publish_queues(topic)
         if queues:
@@ -270,7 +279,8 @@ class AsyncProducer:
 
     async def queues_for(self, topic: str) -> list[MessageQueue]:
         """The writable queues of ``topic`` (fetchPublishMessageQueues)."""
-        return list((await self._publish_info(topic)).queues)
+        queues = (await self._publish_info(nsutil.wrap(self.namespace, topic))).queues
+        return [nsutil.unwrap_queue(self.namespace, mq) for mq in queues]
 
     # -- sending --------------------------------------------------------------------
 
@@ -288,6 +298,23 @@ class AsyncProducer:
         timeout_ms: int | None = None,
     ) -> SendResult:
         """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
+        ns = self.namespace
+        queue, selector = nsutil.wire_target(ns, queue, selector)
+        wire = nsutil.wire_message(ns, msg)
+        result = await self._send_sync(
+            wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
+        )
+        return nsutil.user_send_result(ns, result)
+
+    async def _send_sync(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        arg: Any,
+        timeout_ms: int | None,
+    ) -> SendResult:
         self._check_running()
         validate_message(msg, self.max_message_size)
         timeout = timeout_ms or self.send_msg_timeout
@@ -319,6 +346,23 @@ class AsyncProducer:
 
         Await it, or wrap it in a task for a send that completes in the background.
         """
+        ns = self.namespace
+        queue, selector = nsutil.wire_target(ns, queue, selector)
+        wire = nsutil.wire_message(ns, msg)
+        result = await self._send_async(
+            wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
+        )
+        return nsutil.user_send_result(ns, result)
+
+    async def _send_async(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        arg: Any,
+        timeout_ms: int | None,
+    ) -> SendResult:
         begin = now_ms()
         timeout = timeout_ms or self.send_msg_timeout
         self._check_running()
@@ -342,6 +386,7 @@ class AsyncProducer:
 
     async def send_oneway(self, msg: Message) -> None:
         """One attempt, no answer awaited (Java's oneway mode)."""
+        msg = nsutil.wire_message(self.namespace, msg)
         self._check_running()
         validate_message(msg, self.max_message_size)
         await self._send_default(
@@ -365,6 +410,19 @@ class AsyncProducer:
 
         Retried as ``send`` is, unless ``queue`` is given.
         """
+        ns = self.namespace
+        queue, _ = nsutil.wire_target(ns, queue, None)
+        wire = [nsutil.wire_message(ns, m) for m in msgs] if ns else msgs
+        result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms)
+        return nsutil.user_send_result(ns, result)
+
+    async def _send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None,
+        timeout_ms: int | None,
+    ) -> SendResult:
         self._check_running()
         if not msgs:
             raise ClientError("the batch is empty")

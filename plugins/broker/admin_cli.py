@@ -22,6 +22,7 @@ from rmqk.cli import Command
 from rmqk.errors import BrokerError, RemotingError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import PERM_READ, PERM_WRITE
+from rmqk.namespace import check_namespace, namespace_of, wrap
 from rmqk.plugins.broker.admin_client import AdminClient, TopicInfo
 
 __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
@@ -52,7 +53,17 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
 
 
+def _namespace(args: argparse.Namespace) -> str | None:
+    """The --namespace option, checked as a client's namespace option is."""
+    namespace: str | None = getattr(args, "namespace", None)
+    problem = check_namespace(namespace)
+    if problem:
+        raise RmqkError(f"--namespace: {problem}")
+    return namespace or None
+
+
 async def _admin_topic_create(client: AdminClient, args: argparse.Namespace) -> int:
+    args.topic = wrap(_namespace(args), args.topic)
     read_queues = args.read_queues if args.read_queues is not None else args.queues
     write_queues = args.write_queues if args.write_queues is not None else args.queues
     if args.broker:
@@ -100,6 +111,9 @@ async def _admin_topic_create(client: AdminClient, args: argparse.Namespace) -> 
 
 async def _admin_topic_list(client: AdminClient, args: argparse.Namespace) -> int:
     names = set(await client.topic_names())
+    namespace = _namespace(args)
+    if namespace:
+        names = {name for name in names if namespace_of(name) == namespace}
     infos: list[TopicInfo] = []
     for broker in await client.masters(args.cluster):
         infos.extend(t for t in await client.topic_configs(broker) if t.topic in names)
@@ -121,6 +135,10 @@ async def _admin_topic_list(client: AdminClient, args: argparse.Namespace) -> in
 
 
 async def _admin_consumer_progress(client: AdminClient, args: argparse.Namespace) -> int:
+    namespace = _namespace(args)
+    args.group = wrap(namespace, args.group)
+    if args.topic:
+        args.topic = wrap(namespace, args.topic)
     rows = await client.consumer_progress(args.group, args.topic)
     if args.json:
         _print_json(
@@ -229,6 +247,14 @@ def _admin_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _namespace_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--namespace",
+        default=None,
+        help=f"a client namespace: {what} (names are shown as the broker holds them)",
+    )
+
+
 def _admin_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="admin_command", metavar="SUBCOMMAND")
     topic = sub.add_parser("topic", help="create or list topics")
@@ -247,6 +273,7 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
         help="permission bits: 2 W, 4 R, 6 RW (default: 6)",
     )
     create.add_argument("--order", action="store_true", help="mark the topic ordered")
+    _namespace_arg(create, "the topic created is <namespace>%%TOPIC")
     where = create.add_mutually_exclusive_group()
     where.add_argument("--broker", "-b", metavar="ADDR", help="only this broker")
     where.add_argument("--cluster", "-c", help="every master of this cluster (default: all)")
@@ -255,6 +282,7 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     listing = topic_sub.add_parser("list", help="list topics with their queues per broker")
     _admin_common(listing)
     listing.add_argument("--cluster", "-c", default=None, help="only brokers of this cluster")
+    _namespace_arg(listing, "list only its topics, retry and dead-letter topics included")
     listing.set_defaults(_admin=_admin_topic_list)
 
     consumer = sub.add_parser("consumer", help="consumer groups")
@@ -265,6 +293,7 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     _admin_common(progress)
     progress.add_argument("group")
     progress.add_argument("--topic", "-t", default=None, help="only this topic")
+    _namespace_arg(progress, "GROUP and --topic are taken as the namespace's clients name them")
     progress.set_defaults(_admin=_admin_consumer_progress)
 
     message = sub.add_parser("message", help="show a message by its offset message id")
@@ -315,6 +344,7 @@ ADMIN_COMMAND = Command(
         "rmqk admin topic create Orders --queues 8",
         "rmqk admin topic list --json",
         "rmqk admin consumer progress order-analytics",
+        "rmqk admin consumer progress order-analytics --namespace ns1",
         "rmqk admin message 7F00000100002A9F0000000000000000",
     ),
 )

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from rmqk.errors import ConfigError
+from rmqk.namespace import check_namespace
 from rmqk.options import OptionInvalid, OptionType, Where, option, parse_options
 from rmqk.plugins.spark.columns import COLUMN_NAMES
 
@@ -53,6 +54,13 @@ def _partition_columns(value: object) -> tuple[str, ...]:
     if names == ():
         return ()
     raise OptionInvalid(f"must be a column name or a list of them, got {value!r}")
+
+
+def _namespace(value: str) -> str:
+    problem = check_namespace(value)
+    if problem:
+        raise OptionInvalid(problem)
+    return value
 
 
 def _positive_seconds(value: float) -> float:
@@ -348,4 +356,14 @@ class SourceOptionTable:
         "The group named in pull requests (the source commits no offsets).",
         "rmqk-spark-source",
         name="consumerGroup",
+    )
+    namespace: str | None = option(
+        OptionType.STR,
+        "A client namespace, as Java's: with ns1, topics, JSON offset keys and consumerGroup "
+        "are read as ns1%name on the brokers; the rows' topic column holds the names without "
+        "it. Unset, a name server endpoint such as MQ_INST_1_abc.example.com:80 supplies it.",
+        None,
+        default_text="(none)",
+        nullable=True,
+        check=_namespace,
     )

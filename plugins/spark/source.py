@@ -20,6 +20,9 @@ Options (names are case-insensitive):
 ``failOnDataLoss``         fail when planned offsets are gone (default true)
 ``pullTimeoutMs``          timeout of each broker request (default 10000)
 ``consumerGroup``          group named in pull requests (default rmqk-spark-source)
+``namespace``              a client namespace: topics, JSON offset keys and the group
+                           are ``<namespace>%<name>`` on the brokers (and in the
+                           checkpoint); the ``topic`` column holds the names without it
 =========================  ==========================================================
 
 JSON offsets are flat (``{"Orders@broker-a@0": 42}``) or nested
@@ -52,6 +55,7 @@ from pyspark.sql.datasource import (
 )
 
 from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.namespace import effective_namespace, unwrap, wrap
 from rmqk.options import Where, parse_options
 from rmqk.plugins.spark.columns import messages_to_arrow, spark_schema
 from rmqk.plugins.spark.offsets import (
@@ -99,6 +103,7 @@ _ALIASES = {
     "failondataloss": "failOnDataLoss",
     "pulltimeoutms": "pullTimeoutMs",
     "consumergroup": "consumerGroup",
+    "namespace": "namespace",
 }
 
 
@@ -117,6 +122,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     pull_timeout_ms: int = 10_000
     consumer_group: str = "rmqk-spark-source"
+    # Topics, offset keys and the group above are wire names, wrapped in this namespace.
+    namespace: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> SourceOptions:
@@ -156,22 +163,35 @@ class SourceOptions:
         if problems:
             raise ConfigError(problems)
         assert starting is not None and ending is not None
+        ns = effective_namespace(table.namespace, table.namesrv)
         return cls(
             namesrv=table.namesrv,
-            topics=table.topics,
-            starting=starting,
-            ending=ending,
+            topics=tuple(wrap(ns, t) for t in table.topics),
+            starting=_wire_spec(ns, starting),
+            ending=_wire_spec(ns, ending),
             max_messages_per_trigger=table.max_messages_per_trigger,
             sub_expression=table.sub_expression.strip(),
             fail_on_data_loss=table.fail_on_data_loss,
             pull_timeout_ms=table.pull_timeout_ms,
-            consumer_group=table.consumer_group,
+            consumer_group=wrap(ns, table.consumer_group),
+            namespace=ns,
         )
 
     def reader(self) -> BrokerReader:
         return BrokerReader(
             self.namesrv, group=self.consumer_group, timeout_ms=self.pull_timeout_ms
         )
+
+
+def _wire_spec(namespace: str | None, spec: OffsetSpec) -> OffsetSpec:
+    """``spec`` with the topics of its per-queue offsets wrapped in ``namespace``."""
+    if not namespace or not spec.specific:
+        return spec
+    specific = tuple(
+        (attrs.evolve(key, topic=wrap(namespace, key.topic)), offset)
+        for key, offset in spec.specific
+    )
+    return attrs.evolve(spec, specific=specific)
 
 
 class QueueRange(InputPartition):
@@ -236,6 +256,9 @@ def _read_range(options: SourceOptions, partition: QueueRange) -> Iterator[Any]:
                     msgs: list[Any] = runner.run(anext(pulls))  # type: ignore[arg-type]
                 except StopAsyncIteration:
                     break
+                if options.namespace:
+                    for m in msgs:
+                        m.topic = unwrap(options.namespace, m.topic)
                 pending.extend(msgs)
                 count += len(msgs)
                 if count >= ARROW_BATCH_ROWS:

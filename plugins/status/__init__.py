@@ -27,6 +27,7 @@ from rmqk.cli import Command
 from rmqk.errors import RmqkError
 from rmqk.hookspecs import Register, hookimpl
 from rmqk.model import MessageQueue
+from rmqk.namespace import check_namespace, effective_namespace, wrap
 from rmqk.plugins.status.collect import ClientStatus, GroupStatus, QueueStatus, group_status
 from rmqk.plugins.status.watch import CLEAR_SCREEN, LagHistory, format_watch
 from rmqk.termchart import use_unicode
@@ -48,6 +49,12 @@ def _args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--namesrv", help="without CONFIG: name server address(es), ';'-separated")
     parser.add_argument("--group", action="append", help="without CONFIG: the consumer group")
+    parser.add_argument(
+        "--namespace",
+        default=None,
+        help="without CONFIG: the consumers' namespace; --group and --topic are wrapped in it "
+        "(a config's consumers use their own namespace option)",
+    )
     parser.add_argument(
         "--topic",
         action="append",
@@ -103,23 +110,34 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
             raise RmqkError(
                 f"no consumer named {', '.join(missing)} in {config.path}; consumers: {known}"
             )
-        return [
-            _Target(
-                group=s.group,
-                topics=tuple(dict.fromkeys([*(sub.topic for sub in s.subscriptions), *args.topic])),
-                namesrv_addrs=s.namesrv_addrs,
-                transport=s.transport,
-                transport_options=s.transport_options,
-                use_tls=s.options.use_tls,
-                name=s.name,
+        if args.namespace:
+            raise RmqkError("--namespace goes without CONFIG; a config names it per consumer")
+        targets = []
+        for s in specs:
+            ns = effective_namespace(s.options.namespace, s.namesrv_addrs)
+            names = [*(sub.topic for sub in s.subscriptions), *args.topic]
+            targets.append(
+                _Target(
+                    group=wrap(ns, s.group),
+                    topics=tuple(dict.fromkeys(wrap(ns, t) for t in names)),
+                    namesrv_addrs=s.namesrv_addrs,
+                    transport=s.transport,
+                    transport_options=s.transport_options,
+                    use_tls=s.options.use_tls,
+                    name=s.name,
+                )
             )
-            for s in specs
-        ]
+        return targets
     if not args.namesrv or not args.group:
         raise RmqkError("give a config file, or --namesrv ADDR and --group GROUP")
     addrs = tuple(a.strip() for a in args.namesrv.split(";") if a.strip())
+    problem = check_namespace(args.namespace)
+    if problem:
+        raise RmqkError(f"--namespace: {problem}")
+    ns = effective_namespace(args.namespace, addrs)
+    topics = tuple(wrap(ns, t) for t in args.topic)
     return [
-        _Target(g, tuple(args.topic), addrs, args.transport, {}, False, None) for g in args.group
+        _Target(wrap(ns, g), topics, addrs, args.transport, {}, False, None) for g in args.group
     ]
 
 

@@ -37,6 +37,7 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
+from rmqk.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, Where, check_group, check_topic
 from rmqk.transport import ConsumeMessageDirectlyResult
 
@@ -109,6 +110,7 @@ class AsyncLitePullConsumer(ConsumerMember):
         problem = check_topic(topic) if isinstance(topic, str) else "must be a string"
         if problem:
             raise ClientError(f"subscribe: topic {topic!r}: {problem}")
+        topic = self.wire_topic(topic)
         try:
             etype = ExpressionType(expression_type)
             sub = build_subscription(topic, expression, etype, int(time.time() * 1000))
@@ -138,6 +140,7 @@ class AsyncLitePullConsumer(ConsumerMember):
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic``; its buffered messages are discarded."""
+        topic = self.wire_topic(topic)
         self.rebalance.subscription_inner.pop(topic, None)
         for mq in [mq for mq in self.queues.states if mq.topic == topic]:
             self._drop_state(mq)
@@ -154,6 +157,7 @@ class AsyncLitePullConsumer(ConsumerMember):
         for mq in wanted:
             if not isinstance(mq, MessageQueue):
                 raise ClientError(f"assign: {mq!r} is not a MessageQueue")
+        wanted = {self.wire_queue(mq) for mq in wanted}
         self.queues.set_kind(SubscriptionType.ASSIGN)
         states = self.queues.states
         for mq in [mq for mq in states if mq not in wanted]:
@@ -169,7 +173,7 @@ class AsyncLitePullConsumer(ConsumerMember):
 
     def assignment(self) -> frozenset[MessageQueue]:
         """The queues this consumer holds now (in subscribe mode: its rebalance share)."""
-        return frozenset(self.queues.states)
+        return frozenset(self.user_queue(mq) for mq in self.queues.states)
 
     def register_rebalance_listener(self, listener: RebalanceListener) -> RebalanceListener:
         """``listener(topic, all_queues, assigned)`` after each change of this member's share.
@@ -179,7 +183,7 @@ class AsyncLitePullConsumer(ConsumerMember):
         """
         if not callable(listener):
             raise ClientError("the rebalance listener must be callable")
-        self.rebalance_listener = listener
+        self.rebalance_listener = unwrapping_rebalance_listener(self.namespace, listener)
         return listener
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -291,6 +295,7 @@ class AsyncLitePullConsumer(ConsumerMember):
                 offset = state.pq.remove_messages(batch.messages)
                 if offset >= 0:
                     state.consume_offset = offset
+                self.unwrap_messages(batch.messages)
                 return batch.messages
             remaining = deadline - loop.time()
             if remaining <= 0 or self.state is not ServiceState.RUNNING:
@@ -314,14 +319,14 @@ class AsyncLitePullConsumer(ConsumerMember):
         Queues this consumer does not hold are ignored, as in Java: in subscribe
         mode they may be in the middle of a rebalance.
         """
-        self.queues.pause(queues)
+        self.queues.pause(self.wire_queue(mq) for mq in queues)
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
-        self.queues.resume(queues)
+        self.queues.resume(self.wire_queue(mq) for mq in queues)
         self.buffer.wake()  # batches held back may now be polled
 
     def paused(self) -> frozenset[MessageQueue]:
-        return self.queues.paused()
+        return frozenset(self.user_queue(mq) for mq in self.queues.paused())
 
     # -- positions --------------------------------------------------------------------------------
 
@@ -331,7 +336,7 @@ class AsyncLitePullConsumer(ConsumerMember):
         ``offset`` must lie within the queue's [min offset, max offset] on the broker.
         """
         self._check_running()
-        await seeking.seek(self, queue, offset)
+        await seeking.seek(self, self.wire_queue(queue), offset)
 
     async def seek_to_beginning(self, *queues: MessageQueue) -> None:
         """Seek to the min offset of each of ``queues`` (all held queues when none given)."""
@@ -348,12 +353,12 @@ class AsyncLitePullConsumer(ConsumerMember):
     async def position(self, queue: MessageQueue) -> int:
         """The offset of the next message poll would hand out for ``queue``."""
         self._check_running()
-        return await seeking.position(self, queue)
+        return await seeking.position(self, self.wire_queue(queue))
 
     async def committed(self, queue: MessageQueue) -> int:
         """The group's committed offset of ``queue`` (memory first, then the store); -1 if none."""
         self._check_running()
-        return await seeking.committed(self, queue)
+        return await seeking.committed(self, self.wire_queue(queue))
 
     async def offsets_for_times(
         self, timestamps: Mapping[MessageQueue, int]
@@ -365,16 +370,20 @@ class AsyncLitePullConsumer(ConsumerMember):
         message, that message's offset.
         """
         self._check_running()
-        return await seeking.offsets_for_times(self, timestamps)
+        found = await seeking.offsets_for_times(
+            self, {self.wire_queue(mq): ts for mq, ts in timestamps.items()}
+        )
+        return {self.user_queue(mq): offset for mq, offset in found.items()}
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of ``topic``, from the name server, sorted."""
         self._check_running()
-        route = await self.client.transport.get_route(topic, self.options.mq_client_api_timeout)
-        queues = route.subscribe_queues(topic) if route is not None else frozenset()
+        wire = self.wire_topic(topic)
+        route = await self.client.transport.get_route(wire, self.options.mq_client_api_timeout)
+        queues = route.subscribe_queues(wire) if route is not None else frozenset()
         if not queues:
             raise ClientError(f"Can not find Message Queue for this topic, {topic}")
-        return sorted(queues)
+        return sorted(self.user_queue(mq) for mq in queues)
 
     # -- committing ------------------------------------------------------------------------------
 
@@ -386,7 +395,9 @@ class AsyncLitePullConsumer(ConsumerMember):
         next offset to consume (Java's ``commitSync(map, true)``).
         """
         self._check_running()
-        await self.committer.persist(self.committer.to_store(offsets, processed_only=False))
+        await self.committer.persist(
+            self.committer.to_store(self._wire_offsets(offsets), processed_only=False)
+        )
 
     def commit_async(self, offsets: Mapping[MessageQueue, int] | None = None) -> asyncio.Task[None]:
         """Like :meth:`commit`, without waiting: the offsets are taken now, sent in a task.
@@ -394,7 +405,14 @@ class AsyncLitePullConsumer(ConsumerMember):
         Await the returned task to learn the outcome; an unawaited failure is logged.
         """
         self._check_running()
-        return self.committer.commit_async(offsets)
+        return self.committer.commit_async(self._wire_offsets(offsets))
+
+    def _wire_offsets(
+        self, offsets: Mapping[MessageQueue, int] | None
+    ) -> Mapping[MessageQueue, int] | None:
+        if offsets is None or not self.namespace:
+            return offsets
+        return {self.wire_queue(mq): offset for mq, offset in offsets.items()}
 
     # -- queue bookkeeping (what the rebalance calls) --------------------------------------------
 
