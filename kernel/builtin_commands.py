@@ -181,6 +181,11 @@ def _cmd_produce_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tags", default="", help="comma-separated tags, used round robin")
     parser.add_argument("--group", default="rmqk-produce", help="producer group")
     parser.add_argument(
+        "--namespace",
+        default=None,
+        help="wrap topic and group in this namespace (ns%%Topic), as a Java producer with one",
+    )
+    parser.add_argument(
         "--stdin",
         action="store_true",
         help='read JSON lines from stdin: {"body": ..., "tags": ..., "keys": ..., '

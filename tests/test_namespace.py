@@ -633,3 +633,17 @@ async def test_send_back_fallback_republishes_to_the_wrapped_retry_topic(
         assert consumer.client.inner_producer.group == "CLIENT_INNER_PRODUCER"
     finally:
         await consumer.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_produce_command_with_a_namespace(broker_thread: Any, capsys: Any) -> None:
+    addr = broker_thread.namesrv_addr
+    code, out, _ = _cli(
+        capsys, "produce", "--namesrv", addr, "--topic", "Cmd", "--count", "4",
+        "--namespace", "ns1",
+    )
+    assert code == 0 and "sent 4 messages to Cmd" in out
+    code, out, _ = _cli(capsys, "admin", "topic", "list", "-n", addr)
+    assert code == 0
+    assert "ns1%Cmd" in out
+    assert not any(line.split()[:1] == ["Cmd"] for line in out.splitlines())

@@ -118,7 +118,9 @@ async def produce(args: argparse.Namespace) -> int:
     started = time.monotonic()
     sent = 0
     last_sent_line = 0
-    async with AsyncProducer(args.group, namesrv_addr=args.namesrv) as producer:
+    async with AsyncProducer(
+        args.group, namesrv_addr=args.namesrv, namespace=getattr(args, "namespace", None)
+    ) as producer:
         batch: list[tuple[int, Message]] = []
 
         async def flush() -> None:
