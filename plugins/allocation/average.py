@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from rmqk.model import MessageQueue
-from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import NoOptions, parse_strategy_options
+from rmqk.plugins.allocation.share import JavaStrategy, Share
 
 __all__ = ["NAME", "AllocateMessageQueueAveragely", "create_averagely"]
 
@@ -17,7 +16,7 @@ NAME = "AVG"
 
 
 @attrs.frozen
-class AllocateMessageQueueAveragely:
+class AllocateMessageQueueAveragely(JavaStrategy):
     """Java's AllocateMessageQueueAveragely (4.x balanced formula).
 
     With m queues and c consumers, consumer i gets ``m // c`` queues, plus one
@@ -30,17 +29,9 @@ class AllocateMessageQueueAveragely:
     def name(self) -> str:
         return NAME
 
-    def allocate(
-        self,
-        group: str,
-        current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_allocate_inputs(group, current_cid, mq_all, cid_all):
-            return []
-        m, c = len(mq_all), len(cid_all)
-        index = list(cid_all).index(current_cid)
+    def divide(self, share: Share) -> list[MessageQueue]:
+        m, c = len(share.mq_all), len(share.cid_all)
+        index = share.index
         mod = m % c
         gets_extra = mod > 0 and index < mod
         if m <= c:
@@ -53,7 +44,7 @@ class AllocateMessageQueueAveragely:
         count = min(size, m - start)
         if count <= 0:
             return []
-        return list(mq_all[start : start + count])
+        return list(share.mq_all[start : start + count])
 
 
 def create_averagely(**options: Any) -> AllocateMessageQueueAveragely:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from rmqk.model import MessageQueue
-from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import NoOptions, parse_strategy_options
+from rmqk.plugins.allocation.share import JavaStrategy, Share
 
 __all__ = ["NAME", "AllocateMessageQueueAveragelyByCircle", "create_averagely_by_circle"]
 
@@ -17,7 +16,7 @@ NAME = "AVG_BY_CIRCLE"
 
 
 @attrs.frozen
-class AllocateMessageQueueAveragelyByCircle:
+class AllocateMessageQueueAveragelyByCircle(JavaStrategy):
     """Java's AllocateMessageQueueAveragelyByCircle.
 
     Consumer i gets queues i, i + c, i + 2c, ... of the sorted list, which
@@ -28,17 +27,8 @@ class AllocateMessageQueueAveragelyByCircle:
     def name(self) -> str:
         return NAME
 
-    def allocate(
-        self,
-        group: str,
-        current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_allocate_inputs(group, current_cid, mq_all, cid_all):
-            return []
-        index = list(cid_all).index(current_cid)
-        return list(mq_all[index :: len(cid_all)])
+    def divide(self, share: Share) -> list[MessageQueue]:
+        return list(share.mq_all[share.index :: len(share.cid_all)])
 
 
 def create_averagely_by_circle(**options: Any) -> AllocateMessageQueueAveragelyByCircle:

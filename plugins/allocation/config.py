@@ -26,8 +26,8 @@ Python callers may also pass :class:`rmqk.model.MessageQueue` objects.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 import attrs
 
@@ -38,6 +38,7 @@ from rmqk.plugins.allocation.options import (
     parse_strategy_options,
     require_int,
 )
+from rmqk.plugins.allocation.share import JavaStrategy, Share
 
 __all__ = ["NAME", "AllocateMessageQueueByConfig", "create_by_config"]
 
@@ -51,8 +52,10 @@ def _queue_tuple(queues: Iterable[MessageQueue]) -> tuple[MessageQueue, ...]:
 
 
 @attrs.frozen
-class AllocateMessageQueueByConfig:
+class AllocateMessageQueueByConfig(JavaStrategy):
     """Java's AllocateMessageQueueByConfig: ``allocate`` ignores its inputs."""
+
+    checks_inputs: ClassVar[bool] = False
 
     queues: tuple[MessageQueue, ...] = attrs.field(converter=_queue_tuple)
 
@@ -60,13 +63,7 @@ class AllocateMessageQueueByConfig:
     def name(self) -> str:
         return NAME
 
-    def allocate(
-        self,
-        group: str,
-        current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
+    def divide(self, share: Share) -> list[MessageQueue]:
         return list(self.queues)
 
 

@@ -29,18 +29,18 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
 
 from rmqk.model import MessageQueue
-from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import (
     DEFAULT_VIRTUAL_NODE_COUNT,
     ConsistentHashOptions,
     parse_strategy_options,
 )
+from rmqk.plugins.allocation.share import JavaStrategy, Share
 
 __all__ = [
     "DEFAULT_VIRTUAL_NODE_COUNT",
@@ -111,7 +111,7 @@ class HashRing:
 
 
 @attrs.frozen
-class AllocateMessageQueueConsistentHash:
+class AllocateMessageQueueConsistentHash(JavaStrategy):
     """Java's AllocateMessageQueueConsistentHash (see the module docstring)."""
 
     virtual_node_count: int = DEFAULT_VIRTUAL_NODE_COUNT
@@ -125,17 +125,9 @@ class AllocateMessageQueueConsistentHash:
     def name(self) -> str:
         return NAME
 
-    def allocate(
-        self,
-        group: str,
-        current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_allocate_inputs(group, current_cid, mq_all, cid_all):
-            return []
-        ring = HashRing(cid_all, self.virtual_node_count, self.hash_function)
-        return [mq for mq in mq_all if ring.route(str(mq)) == current_cid]
+    def divide(self, share: Share) -> list[MessageQueue]:
+        ring = HashRing(share.cid_all, self.virtual_node_count, self.hash_function)
+        return [mq for mq in share.mq_all if ring.route(str(mq)) == share.current_cid]
 
 
 def create_consistent_hash(**options: Any) -> AllocateMessageQueueConsistentHash:

@@ -16,18 +16,18 @@ Options (``allocate_options``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
 from rmqk.model import MessageQueue
-from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import (
     MachineRoomOptions,
     option_error,
     parse_strategy_options,
 )
+from rmqk.plugins.allocation.share import JavaStrategy, Share
 
 __all__ = [
     "NAME",
@@ -53,7 +53,7 @@ def _room_set(rooms: Iterable[str]) -> frozenset[str]:
 
 
 @attrs.frozen
-class AllocateMessageQueueByMachineRoom:
+class AllocateMessageQueueByMachineRoom(JavaStrategy):
     """Java's AllocateMessageQueueByMachineRoom (see the module docstring)."""
 
     consumer_idcs: frozenset[str] = attrs.field(converter=_room_set)
@@ -62,20 +62,12 @@ class AllocateMessageQueueByMachineRoom:
     def name(self) -> str:
         return NAME
 
-    def allocate(
-        self,
-        group: str,
-        current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_allocate_inputs(group, current_cid, mq_all, cid_all):
-            return []
-        index = list(cid_all).index(current_cid)
+    def divide(self, share: Share) -> list[MessageQueue]:
+        index = share.index
         in_rooms = [
-            mq for mq in mq_all if broker_machine_room(mq.broker_name) in self.consumer_idcs
+            mq for mq in share.mq_all if broker_machine_room(mq.broker_name) in self.consumer_idcs
         ]
-        consumers = len(cid_all)
+        consumers = len(share.cid_all)
         per_consumer, remainder = divmod(len(in_rooms), consumers)
         start = per_consumer * index
         result = in_rooms[start : start + per_consumer]

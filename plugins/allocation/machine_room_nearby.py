@@ -48,7 +48,7 @@ Options (``allocate_options``):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -56,7 +56,6 @@ import attrs
 from rmqk.contracts import AllocationStrategy
 from rmqk.errors import ConfigError, ConfigProblem, PluginError
 from rmqk.model import MessageQueue
-from rmqk.plugins.allocation.checks import check_allocate_inputs
 from rmqk.plugins.allocation.options import (
     DEFAULT_BROKER_ROOM_PATTERN,
     DEFAULT_CONSUMER_ROOM_PATTERN,
@@ -68,6 +67,7 @@ from rmqk.plugins.allocation.options import (
     parse_strategy_options,
     require_str,
 )
+from rmqk.plugins.allocation.share import JavaStrategy, Share
 
 __all__ = [
     "DEFAULT_BROKER_ROOM_PATTERN",
@@ -119,7 +119,7 @@ def _java_string_order(text: str) -> bytes:
 
 
 @attrs.frozen
-class AllocateMachineRoomNearby:
+class AllocateMachineRoomNearby(JavaStrategy):
     """Java's AllocateMachineRoomNearby (see the module docstring)."""
 
     inner: AllocationStrategy
@@ -129,23 +129,15 @@ class AllocateMachineRoomNearby:
     def name(self) -> str:
         return f"{NAME}-{self.inner.name}"
 
-    def allocate(
-        self,
-        group: str,
-        current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_allocate_inputs(group, current_cid, mq_all, cid_all):
-            return []
+    def divide(self, share: Share) -> list[MessageQueue]:
         queues_by_room: dict[str, list[MessageQueue]] = {}
-        for mq in mq_all:
+        for mq in share.mq_all:
             room = self.resolver.broker_deploy_in(mq)
             if not room:
                 raise ValueError(f"Machine room is null for mq {mq} (resolver {self.resolver!r})")
             queues_by_room.setdefault(room, []).append(mq)
         consumers_by_room: dict[str, list[str]] = {}
-        for cid in cid_all:
+        for cid in share.cid_all:
             room = self.resolver.consumer_deploy_in(cid)
             if not room:
                 raise ValueError(
@@ -155,18 +147,23 @@ class AllocateMachineRoomNearby:
 
         result: list[MessageQueue] = []
         # current_cid is in cid_all (checked), so its room was resolved above.
-        current_room = self.resolver.consumer_deploy_in(current_cid) or ""
+        current_room = self.resolver.consumer_deploy_in(share.current_cid) or ""
         local_queues = queues_by_room.pop(current_room, None)
         if local_queues:
             result.extend(
                 self.inner.allocate(
-                    group, current_cid, local_queues, consumers_by_room[current_room]
+                    share.group,
+                    share.current_cid,
+                    local_queues,
+                    consumers_by_room[current_room],
                 )
             )
         for room in sorted(queues_by_room, key=_java_string_order):
             if room not in consumers_by_room:
                 result.extend(
-                    self.inner.allocate(group, current_cid, queues_by_room[room], cid_all)
+                    self.inner.allocate(
+                        share.group, share.current_cid, queues_by_room[room], share.cid_all
+                    )
                 )
         return result
 
