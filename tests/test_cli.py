@@ -12,27 +12,18 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import module_broker, rmqk
+from cli_support import produce as cli_produce
 
 from rmqk import cli
 from rmqk.cli import Command, build_parser, main
 from rmqk.errors import ClientError
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def rmqk(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rmqk.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        **kwargs,
-    )
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -108,14 +99,7 @@ def test_no_command_prints_help() -> None:
 # -- the summary line of `rmqk run` --------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from rmqk.plugins.broker import EmbeddedBroker
-
-    with EmbeddedBroker.run_in_thread(
-        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
-    ) as handle:
-        yield handle
+broker = module_broker()
 
 
 def write_config(path: Path, namesrv: str, group: str, topic: str, out: Path) -> Path:
@@ -136,7 +120,7 @@ def write_config(path: Path, namesrv: str, group: str, topic: str, out: Path) ->
 
 
 def produce(namesrv: str, topic: str, count: int) -> None:
-    result = rmqk("produce", "--namesrv", namesrv, "--topic", topic, "--count", str(count))
+    result = cli_produce(namesrv, topic, "--count", str(count))
     assert result.returncode == 0, result.stderr
 
 

@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from cli_support import module_broker, produce
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -185,14 +186,7 @@ def test_consume_hooks_count_results_retries_and_dead_letters(
 # -- rmqk run, end to end -------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from rmqk.plugins.broker import EmbeddedBroker
-
-    with EmbeddedBroker.run_in_thread(
-        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
-    ) as handle:
-        yield handle
+broker = module_broker()
 
 
 class Stderr:
@@ -230,25 +224,7 @@ def scrape(url: str) -> Samples:
 
 def test_rmqk_run_serves_metrics_matching_the_consumed_count(broker: Any, tmp_path: Path) -> None:
     count = 300
-    produced = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rmqk.cli",
-            "produce",
-            "--namesrv",
-            broker.namesrv_addr,
-            "--topic",
-            "Metered",
-            "--count",
-            str(count),
-            "--batch",
-            "20",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    produced = produce(broker.namesrv_addr, "Metered", "--count", str(count), "--batch", "20")
     assert produced.returncode == 0, produced.stderr
     out = tmp_path / "out.jsonl"
     config = tmp_path / "metered.toml"

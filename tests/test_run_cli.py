@@ -9,29 +9,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from rmqk.plugins.broker import EmbeddedBroker
+from cli_support import module_broker, rmqk
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with EmbeddedBroker.run_in_thread(
-        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
-    ) as handle:
-        yield handle
-
-
-def rmqk(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rmqk.cli", *args], capture_output=True, text=True, **kwargs
-    )
+broker = module_broker()
 
 
 def test_produce_then_run_delivers_every_message_to_jsonl(broker: Any, tmp_path: Path) -> None:

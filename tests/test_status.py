@@ -8,22 +8,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import module_broker, produce, rmqk
 
 from rmqk.model import MessageQueue
 from rmqk.plugins.status.collect import QueueStatus, parse_running_info
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def rmqk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rmqk.cli", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def test_running_info_is_read_as_rmqk_and_java_write_it() -> None:
@@ -61,21 +55,12 @@ def test_queue_lag_and_state() -> None:
     assert QueueStatus(mq, 1, 1, owner="c", locked=True).state == "locked"
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from rmqk.plugins.broker import EmbeddedBroker
-
-    with EmbeddedBroker.run_in_thread(
-        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
-    ) as handle:
-        yield handle
+broker = module_broker()
 
 
 def test_status_of_a_running_consumer_and_of_an_idle_group(broker: Any, tmp_path: Path) -> None:
     count = 100
-    produced = rmqk(
-        "produce", "--namesrv", broker.namesrv_addr, "--topic", "StatusT", "--count", str(count)
-    )
+    produced = produce(broker.namesrv_addr, "StatusT", "--count", str(count))
     assert produced.returncode == 0, produced.stderr
     out = tmp_path / "out.jsonl"
     config = tmp_path / "status.toml"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import module_broker, produce
 
 from rmqk.config import load_config
 from rmqk.model import MessageQueue
@@ -104,37 +105,14 @@ def test_rmqk_plugins_lists_it_and_disabling_removes_it(installed_plugin: str) -
     assert "unknown allocation strategy 'EVERY_OTHER'" in result.stderr
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from rmqk.plugins.broker import EmbeddedBroker
-
-    with EmbeddedBroker.run_in_thread(
-        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
-    ) as handle:
-        yield handle
+broker = module_broker()
 
 
 def test_two_members_split_the_queues_every_other(
     installed_plugin: str, broker: Any, tmp_path: Path
 ) -> None:
     """Two `rmqk run` processes with the example config: each holds every other queue."""
-    produced = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rmqk.cli",
-            "produce",
-            "--namesrv",
-            broker.namesrv_addr,
-            "--topic",
-            "Orders",
-            "--count",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    produced = produce(broker.namesrv_addr, "Orders", "--count", "40")
     assert produced.returncode == 0, produced.stderr
     config = tmp_path / "every-other.toml"
     text = EXAMPLE_CONFIG.read_text().replace("127.0.0.1:9876", broker.namesrv_addr)

@@ -1,0 +1,48 @@
+"""Helpers for tests that run ``rmqk`` as a user does: one process per command.
+
+``broker = module_broker()`` in a test module gives its tests one broker thread
+for the whole module (the processes under test reach it by address), instead of
+conftest's per-test async ``broker``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from rmqk.plugins.broker import BrokerThread
+
+
+def rmqk(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``rmqk <args>`` in a fresh interpreter, output captured as text."""
+    kwargs.setdefault("timeout", 60)
+    return subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", *args], capture_output=True, text=True, **kwargs
+    )
+
+
+def produce(
+    namesrv: str, topic: str, *options: str, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``rmqk produce`` to ``topic``; ``options`` such as ``"--count", "40"``."""
+    return rmqk("produce", "--namesrv", namesrv, "--topic", topic, *options, **kwargs)
+
+
+def module_broker() -> Callable[..., Iterator[BrokerThread]]:
+    """A module-scoped fixture named ``broker``: an embedded broker in its own thread."""
+
+    @pytest.fixture(scope="module", name="broker")
+    def broker_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+        from rmqk.plugins.broker import EmbeddedBroker
+
+        with EmbeddedBroker.run_in_thread(
+            tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
+        ) as handle:
+            yield handle
+
+    return broker_fixture
