@@ -8,7 +8,7 @@ They follow Apache RocketMQ 4.9's client model (``MessageQueue``, ``MessageExt``
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -302,7 +302,3 @@ class SendResult:
     queue_offset: int
     transaction_id: str | None = None
     region_id: str | None = None
-
-
-def sorted_queues(queues: Iterable[MessageQueue]) -> list[MessageQueue]:
-    return sorted(queues)

@@ -233,14 +233,6 @@ class RemotingCommand:
     def field(self, name: str, default: str | None = None) -> str | None:
         return self.ext_fields.get(name, default)
 
-    def int_field(self, name: str, default: int | None = None) -> int:
-        value = self.ext_fields.get(name)
-        if value is None:
-            if default is None:
-                raise KeyError(f"header field {name!r} missing from command code {self.code}")
-            return default
-        return int(value)
-
     def __repr__(self) -> str:
         kind = "response" if self.is_response else "request"
         return (

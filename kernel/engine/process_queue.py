@@ -262,9 +262,6 @@ class ProcessQueue:
             self.consuming = False
         return taken
 
-    def has_temp_messages(self) -> bool:
-        return bool(self._consuming_map)
-
     def commit(self) -> int:
         """Commit the consuming map; returns the next offset to consume, or -1."""
         if not self._consuming_map:

@@ -208,7 +208,3 @@ class BrokerReader:
                     raise DataLossError(message + "; set failOnDataLoss=false to accept it")
                 log.warning("%s", message)
                 return
-
-
-def describe_queues(queues: Iterable[QueueInfo]) -> str:
-    return ", ".join(str(q.key) for q in queues)
