@@ -33,6 +33,13 @@ def produce(
     return rmqk("produce", "--namesrv", namesrv, "--topic", topic, *options, **kwargs)
 
 
+def start_rmqk(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """``rmqk <args>`` started in the background, stdout and stderr piped unless told."""
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "rmqk.cli", *args], text=True, **kwargs)
+
+
 def module_broker() -> Callable[..., Iterator[BrokerThread]]:
     """A module-scoped fixture named ``broker``: an embedded broker in its own thread."""
 

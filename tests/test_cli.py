@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, rmqk
+from cli_support import module_broker, rmqk, start_rmqk
 from cli_support import produce as cli_produce
 
 from rmqk import cli
@@ -182,12 +182,7 @@ def test_run_stays_quiet_off_a_terminal(broker: Any, tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "c.toml", broker.namesrv_addr, "g-summary-pipe", "SummaryPipe", out
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_rmqk("run", str(config))
     try:
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline:

@@ -43,6 +43,7 @@ from engine_support import (  # noqa: E402
     create_topic,
     max_offsets,
     produce,
+    push_consumer,
 )
 from faultproxy import FaultProxy  # noqa: E402
 
@@ -123,6 +124,27 @@ class Tally:
         lo, hi = bisect.bisect_left(self.times, start), bisect.bisect_right(self.times, end)
         points = [start, *self.times[lo:hi], end]
         return max((b - a for a, b in itertools.pairwise(points)), default=0.0)
+
+
+def tallying_consumer(
+    broker: Any, group: str, topic: str, tally: Tally, pace: Callable[[], float], **options: Any
+) -> AsyncPushConsumer:
+    """A push consumer of ``topic`` from the first offset, recording into ``tally``.
+
+    The listener sleeps ``pace()`` seconds a message first (read at every batch, so
+    a scenario can stop pacing midway). The caller starts the consumer.
+    """
+    consumer = push_consumer(broker, group, **options)
+    consumer.subscribe(topic)
+
+    @consumer.register_listener
+    async def handle(msgs: list[MessageExt]) -> None:
+        delay = pace()
+        if delay:
+            await asyncio.sleep(delay * len(msgs))
+        tally.record(msgs)
+
+    return consumer
 
 
 def highest_pulled(consumer: AsyncPushConsumer, topic: str) -> dict[int, int]:
@@ -651,22 +673,16 @@ async def broker_kill_scenario(
     try:
         await create_topic(broker, topic, queues)
         produced += await produce_ids(broker.namesrv_addr, topic, range(before), batch=128)
-        consumer = AsyncPushConsumer(
+        consumer = tallying_consumer(
+            broker,
             group,
-            namesrv_addr=broker.namesrv_addr,
-            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            topic,
+            tally,
+            lambda: msg_sleep,
             heartbeat_broker_interval=heartbeat_ms,
             pull_threshold_for_queue=64,
             pull_batch_size=16,
         )
-        consumer.subscribe(topic)
-
-        @consumer.register_listener
-        async def handle(msgs: list[MessageExt]) -> None:
-            if msg_sleep:
-                await asyncio.sleep(msg_sleep * len(msgs))
-            tally.record(msgs)
-
         await consumer.start()
         for k in range(kills):
             target = produced * (k + 1) // (kills + 1)
@@ -767,23 +783,17 @@ async def network_scenario(
             await create_topic(broker, topic, queues)
             produced = await produce_ids(broker.namesrv_addr, topic, range(total), batch=256)
             refill_below = max(total // 4, 200)
-            consumer = AsyncPushConsumer(
+            consumer = tallying_consumer(
+                broker,
                 group,
-                namesrv_addr=broker.namesrv_addr,
-                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                topic,
+                tally,
+                lambda: msg_sleep if paced else 0.0,
                 heartbeat_broker_interval=heartbeat_ms,
                 pull_threshold_for_queue=16,
                 consume_concurrently_max_span=16,
                 pull_batch_size=8,
             )
-            consumer.subscribe(topic)
-
-            @consumer.register_listener
-            async def handle(msgs: list[MessageExt]) -> None:
-                if paced:
-                    await asyncio.sleep(msg_sleep * len(msgs))
-                tally.record(msgs)
-
             await consumer.start()
             try:
                 await wait_until(lambda: tally.distinct >= 50, 30, "the first messages")

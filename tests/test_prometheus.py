@@ -7,7 +7,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -20,7 +19,7 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from cli_support import module_broker, produce
+from cli_support import module_broker, produce, start_rmqk
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -245,22 +244,7 @@ def test_rmqk_run_serves_metrics_matching_the_consumed_count(broker: Any, tmp_pa
             """
         )
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rmqk.cli",
-            "run",
-            str(config),
-            "--log-level",
-            "INFO",
-            "--log-format",
-            "json",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_rmqk("run", str(config), "--log-level", "INFO", "--log-format", "json")
     stderr = Stderr(proc)
     try:
         url = stderr.wait_for(r"serving metrics on (http://127\.0\.0\.1:\d+/metrics)", 45)[1]

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, rmqk
+from cli_support import module_broker, produce, rmqk, start_rmqk
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -22,18 +20,8 @@ broker = module_broker()
 
 
 def test_produce_then_run_delivers_every_message_to_jsonl(broker: Any, tmp_path: Path) -> None:
-    produced = rmqk(
-        "produce",
-        "--namesrv",
-        broker.namesrv_addr,
-        "--topic",
-        "CliTopic",
-        "--count",
-        "500",
-        "--tags",
-        "TagA,TagB",
-        "--batch",
-        "50",
+    produced = produce(
+        broker.namesrv_addr, "CliTopic", "--count", "500", "--tags", "TagA,TagB", "--batch", "50"
     )
     assert produced.returncode == 0, produced.stderr
     assert "sent 500 messages to CliTopic" in produced.stdout
@@ -57,12 +45,7 @@ def test_produce_then_run_delivers_every_message_to_jsonl(broker: Any, tmp_path:
         )
     )
     assert rmqk("check", str(config)).returncode == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_rmqk("run", str(config))
     try:
         deadline = time.monotonic() + 60
         lines: list[str] = []
@@ -84,12 +67,7 @@ def test_produce_then_run_delivers_every_message_to_jsonl(broker: Any, tmp_path:
     assert len({(r["queue_id"], r["queue_offset"]) for r in records}) == 250
 
     # Offsets were committed at shutdown: a second run delivers nothing new.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_rmqk("run", str(config))
     time.sleep(4)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
@@ -111,25 +89,8 @@ def test_produce_reads_json_lines_from_stdin(broker: Any) -> None:
     lines = "\n".join(
         json.dumps({"body": {"n": i}, "tags": "J", "keys": f"k{i}"}) for i in range(20)
     )
-    result = rmqk(
-        "produce",
-        "--namesrv",
-        broker.namesrv_addr,
-        "--topic",
-        "StdinTopic",
-        "--stdin",
-        input=lines,
-        env={**os.environ},
-    )
+    result = produce(broker.namesrv_addr, "StdinTopic", "--stdin", input=lines, env={**os.environ})
     assert result.returncode == 0, result.stderr
     assert "sent 20 messages" in result.stdout
-    bad = rmqk(
-        "produce",
-        "--namesrv",
-        broker.namesrv_addr,
-        "--topic",
-        "StdinTopic",
-        "--stdin",
-        input="not json\n",
-    )
+    bad = produce(broker.namesrv_addr, "StdinTopic", "--stdin", input="not json\n")
     assert bad.returncode == 1 and "stdin line 1: not JSON" in bad.stderr

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, produce, rmqk
+from cli_support import module_broker, produce, rmqk, start_rmqk
 
 from rmqk.model import MessageQueue
 from rmqk.plugins.status.collect import QueueStatus, parse_running_info
@@ -95,12 +93,7 @@ def test_status_of_a_running_consumer_and_of_an_idle_group(broker: Any, tmp_path
     assert [q["state"] for q in group["queues"]] == ["unassigned"] * 4
     assert "no consumer of group g-status is online" in group["problems"]
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_rmqk("run", str(config))
     try:
         deadline = time.monotonic() + 45
         status: dict[str, Any] = {}

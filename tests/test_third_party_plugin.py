@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, produce
+from cli_support import module_broker, produce, start_rmqk
 
 from rmqk.config import load_config
 from rmqk.model import MessageQueue
@@ -117,15 +117,7 @@ def test_two_members_split_the_queues_every_other(
     config = tmp_path / "every-other.toml"
     text = EXAMPLE_CONFIG.read_text().replace("127.0.0.1:9876", broker.namesrv_addr)
     config.write_text(text.replace('"out/orders-every-other.jsonl"', f'"{tmp_path}/out.jsonl"'))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "rmqk.cli", "run", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [start_rmqk("run", str(config), stdout=subprocess.DEVNULL) for _ in range(2)]
     try:
         deadline = time.monotonic() + 60
         holdings: dict[str, list[int]] = {}
