@@ -13,12 +13,11 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 from bench import SCENARIOS
 from bench.cluster import BROKER_MODES, Cluster
-from bench.harness import RESULTS_FILE, emit
+from bench.harness import RESULTS_FILE, emit, recording_arguments
 from bench.sparkbench import Pending
 from rmqk.errors import RmqkError
 
@@ -47,22 +46,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default="process",
         help="embedded broker in a child process (default) or in a thread of this one",
     )
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=RESULTS_FILE,
-        metavar="FILE",
-        help="JSON lines file the record is appended to (default: bench/results/results.jsonl)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="print only, append nothing")
+    recording_arguments(parser, RESULTS_FILE)
     parser.add_argument(
         "--fail-on-miss", action="store_true", help=f"exit {EXIT_MISSED} when a target is missed"
-    )
-    parser.add_argument(
-        "--log-level",
-        default="ERROR",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="rmqk log level (default: ERROR)",
     )
 
 

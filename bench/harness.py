@@ -8,6 +8,7 @@ different runs and machines can be compared later.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -32,6 +33,7 @@ __all__ = [
     "git_commit",
     "machine_info",
     "percentile",
+    "recording_arguments",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +83,25 @@ class TargetCheck:
             "ratio_to_target": round(self.ratio, 4),
             "met": self.met,
         }
+
+
+def recording_arguments(parser: argparse.ArgumentParser, results_file: Path) -> None:
+    """``--results``, ``--no-record`` and ``--log-level``, as every bench command takes them."""
+    shown = results_file.relative_to(REPO_ROOT)
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=results_file,
+        metavar="FILE",
+        help=f"JSON lines file the records are appended to (default: {shown})",
+    )
+    parser.add_argument("--no-record", action="store_true", help="print only, append nothing")
+    parser.add_argument(
+        "--log-level",
+        default="ERROR",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="rmqk log level (default: ERROR)",
+    )
 
 
 def at_least(name: str, measured: float, target: float, unit: str = "") -> TargetCheck:

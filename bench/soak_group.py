@@ -57,7 +57,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> list[Outcome]:
                 r,
                 parameters={"mode": mode, **params},
                 targets=targets,
-                failures=[f"{r.lost} lost" if r.lost else ""],
             )
         )
     return outcomes

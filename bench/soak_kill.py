@@ -51,7 +51,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> list[Outcome]:
                 r,
                 parameters=params,
                 targets=[at_most("duplicates_vs_window", r.duplicates, r.duplicate_bound)],
-                failures=[f"{r.lost} lost" if r.lost else ""],
             )
         )
     if not args.skip_broker:
@@ -73,7 +72,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> list[Outcome]:
                 r,
                 parameters=params,
                 failures=[
-                    f"{r.lost} lost" if r.lost else "",
                     f"{r.acked_missing_after_restart} acknowledged messages missing after restart"
                     if r.acked_missing_after_restart
                     else "",

@@ -45,7 +45,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> list[Outcome]:
             r,
             parameters=params,
             targets=[at_most("rss_peak_mb", r.rss_peak_mb, args.ceiling_mb, " MB")],
-            failures=[f"{r.lost} lost" if r.lost else ""],
         )
     ]
 

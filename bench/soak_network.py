@@ -57,7 +57,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> list[Outcome]:
                 f"soak-network-{kind}",
                 r,
                 parameters={"kind": kind, **params},
-                failures=[f"{r.lost} lost" if r.lost else ""],
             )
         )
     return outcomes

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.harness import REPO_ROOT, Result, TargetCheck, emit
+from bench.harness import REPO_ROOT, Result, TargetCheck, emit, recording_arguments
 
 TESTS = REPO_ROOT / "tests"
 if str(TESTS) not in sys.path:
@@ -31,7 +31,10 @@ __all__ = ["SOAK_RESULTS", "Outcome", "common_arguments", "record", "soak_main"]
 
 
 class Outcome:
-    """One scenario's figures, the bounds they must respect, and whether they did."""
+    """One scenario's figures, the bounds they must respect, and whether they did.
+
+    A result that counts ``lost`` messages fails on any: no soak may lose one.
+    """
 
     def __init__(
         self,
@@ -46,7 +49,9 @@ class Outcome:
         self.result = result
         self.parameters = parameters
         self.targets = list(targets)
-        self.failures = [f for f in failures if f]
+        lost = getattr(result, "lost", 0)
+        self.failures = [f"{lost} lost"] if lost else []
+        self.failures += [f for f in failures if f]
 
     @property
     def ok(self) -> bool:
@@ -54,25 +59,12 @@ class Outcome:
 
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=SOAK_RESULTS,
-        metavar="FILE",
-        help="JSON lines file the records are appended to (default: bench/results/soak.jsonl)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="print only, append nothing")
+    recording_arguments(parser, SOAK_RESULTS)
     parser.add_argument(
         "--workdir", type=Path, default=None, help="keep the brokers' data and logs here"
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: check that the soak runs at all"
-    )
-    parser.add_argument(
-        "--log-level",
-        default="ERROR",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="rmqk log level (default: ERROR)",
     )
 
 
