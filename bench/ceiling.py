@@ -11,7 +11,7 @@ import argparse
 import statistics
 
 from bench.cluster import Cluster
-from bench.harness import Result
+from bench.harness import Result, topic_arguments
 from bench.load import PullRun, fill_topic, raw_pull, unique
 
 NAME = "ceiling"
@@ -19,9 +19,7 @@ HELP = "raw pulls without decoding: the serving limit of the broker under test"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", "-n", type=int, default=200_000, help="messages (200000)")
-    parser.add_argument("--size", type=int, default=100, help="body bytes (100)")
-    parser.add_argument("--queues", "-q", type=int, default=4, help="queues (4)")
+    topic_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="measured passes (3)")
     parser.add_argument("--topic", default=None, help="pull this existing topic instead")
 

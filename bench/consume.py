@@ -14,7 +14,7 @@ import statistics
 
 from bench.ceiling import measure
 from bench.cluster import Cluster
-from bench.harness import Result, TargetCheck, at_least
+from bench.harness import Result, TargetCheck, at_least, topic_arguments
 from bench.load import consume_all, fill_topic, unique, variants
 
 NAME = "consume"
@@ -33,9 +33,7 @@ def str_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", "-n", type=int, default=200_000, help="messages (200000)")
-    parser.add_argument("--size", type=int, default=100, help="body bytes (100)")
-    parser.add_argument("--queues", "-q", type=int, default=4, help="queues (4)")
+    topic_arguments(parser)
     parser.add_argument(
         "--batch", type=int_list, default=[1, 32], help="listener batch sizes, e.g. 1,32"
     )

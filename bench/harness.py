@@ -34,6 +34,7 @@ __all__ = [
     "machine_info",
     "percentile",
     "recording_arguments",
+    "topic_arguments",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +103,15 @@ def recording_arguments(parser: argparse.ArgumentParser, results_file: Path) -> 
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="rmqk log level (default: ERROR)",
     )
+
+
+def topic_arguments(
+    parser: argparse.ArgumentParser, *, count_flag: str = "--messages", count: int = 200_000
+) -> None:
+    """The topic a scenario fills: how many messages, of what size, over how many queues."""
+    parser.add_argument(count_flag, "-n", type=int, default=count, help=f"messages ({count})")
+    parser.add_argument("--size", type=int, default=100, help="body bytes (100)")
+    parser.add_argument("--queues", "-q", type=int, default=4, help="queues (4)")
 
 
 def at_least(name: str, measured: float, target: float, unit: str = "") -> TargetCheck:

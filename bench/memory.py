@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.children import Child
 from bench.cluster import Cluster
-from bench.harness import Result, at_most
+from bench.harness import Result, at_most, topic_arguments
 from bench.load import fill_topic, unique
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.message import MessageExt
@@ -35,9 +35,7 @@ TARGET_GROWTH_MB = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backlog", "-n", type=int, default=1_000_000, help="messages (1000000)")
-    parser.add_argument("--size", type=int, default=100, help="body bytes (100)")
-    parser.add_argument("--queues", "-q", type=int, default=4, help="queues (4)")
+    topic_arguments(parser, count_flag="--backlog", count=1_000_000)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds consuming (60)")
     parser.add_argument(
         "--listener-delay-ms", type=float, default=5.0, help="sleep per listener call (5)"

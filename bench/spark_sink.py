@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from bench.cluster import Cluster
-from bench.harness import Result, at_least
+from bench.harness import Result, at_least, topic_arguments
 from bench.load import ConsumeRun, consume_all, fill_topic, unique
 from bench.sparkbench import Pending, key_values, require_pyspark
 from rmqk.contracts import BufferedSink
@@ -42,9 +42,7 @@ TARGET_OVER_CONSUME = 0.8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", "-n", type=int, default=200_000, help="messages (200000)")
-    parser.add_argument("--size", type=int, default=100, help="body bytes (100)")
-    parser.add_argument("--queues", "-q", type=int, default=4, help="queues (4)")
+    topic_arguments(parser)
     parser.add_argument("--batch", type=int, default=32, help="listener batch size (32)")
     parser.add_argument(
         "--consume-thread-max",

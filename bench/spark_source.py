@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import Cluster
-from bench.harness import Result
+from bench.harness import Result, topic_arguments
 from bench.load import fill_topic, unique
 from bench.sparkbench import Pending, key_values, require_pyspark
 
@@ -32,9 +32,7 @@ STARTING_OPTION = "startingOffsets"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", "-n", type=int, default=200_000, help="messages (200000)")
-    parser.add_argument("--size", type=int, default=100, help="body bytes (100)")
-    parser.add_argument("--queues", "-q", type=int, default=4, help="queues (4)")
+    topic_arguments(parser)
     parser.add_argument(
         "--warmup-messages", type=int, default=20_000, help="read before measuring; 0: none"
     )
