@@ -233,27 +233,27 @@ class _Counter:
         self._add(n)
 
 
+def _touch(msgs: list[MessageExt], work: Callable[[MessageExt], Any] | None) -> None:
+    for m in msgs:
+        if work is None:
+            len(m.body)
+        else:
+            work(m)
+
+
 def make_listener(kind: str, counter: _Counter, work: Callable[[MessageExt], Any] | None) -> Any:
     """A listener that touches each body (or calls ``work``) and counts the batch."""
     if kind == "async":
 
         async def on_async(msgs: list[MessageExt]) -> None:
-            for m in msgs:
-                if work is None:
-                    len(m.body)
-                else:
-                    work(m)
+            _touch(msgs, work)
             counter.add(len(msgs))
 
         return on_async
     if kind == "sync":
 
         def on_sync(msgs: list[MessageExt]) -> None:
-            for m in msgs:
-                if work is None:
-                    len(m.body)
-                else:
-                    work(m)
+            _touch(msgs, work)
             counter.add_threaded(len(msgs))
 
         return on_sync
