@@ -103,14 +103,19 @@ def held_queues(consumer: AsyncPushConsumer, topic: str) -> set[MessageQueue]:
     }
 
 
+async def _broker_name(transport: Transport, topic: str) -> str:
+    """The name of the (single) broker serving ``topic``."""
+    route = await transport.get_route(topic)
+    assert route is not None
+    return route.broker_datas[0].broker_name
+
+
 async def committed_offsets(
     namesrv_addr: str, broker_addr: str, group: str, topic: str, queues: int
 ) -> dict[int, int | None]:
     transport = await admin_transport(namesrv_addr)
     try:
-        route = await transport.get_route(topic)
-        assert route is not None
-        broker_name = route.broker_datas[0].broker_name
+        broker_name = await _broker_name(transport, topic)
         return {
             q: await transport.query_consumer_offset(
                 broker_addr, group, MessageQueue(topic, broker_name, q)
@@ -126,9 +131,7 @@ async def max_offsets(
 ) -> dict[int, int]:
     transport = await admin_transport(namesrv_addr)
     try:
-        route = await transport.get_route(topic)
-        assert route is not None
-        broker_name = route.broker_datas[0].broker_name
+        broker_name = await _broker_name(transport, topic)
         return {
             q: await transport.get_max_offset(broker_addr, MessageQueue(topic, broker_name, q))
             for q in range(queues)

@@ -78,8 +78,12 @@ class Engine:
         )
 
 
+# What a test gets from ``linked``: the transport, the peer's end, the engine.
+Linked = tuple[TcpTransport, PeerConnection, Engine]
+
+
 @pytest.fixture
-async def linked() -> AsyncIterator[tuple[TcpTransport, PeerConnection, Engine]]:
+async def linked() -> AsyncIterator[Linked]:
     """A transport connected to a peer, with an engine registered."""
     async with ScriptedServer() as server:
         transport = TcpTransport(config(server.addr))
@@ -100,9 +104,7 @@ async def _no_answer(conn: PeerConnection, wait: float = 0.3) -> bool:
     return False
 
 
-async def test_notify_consumer_ids_changed_is_oneway(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_notify_consumer_ids_changed_is_oneway(linked: Linked) -> None:
     _, conn, engine = linked
     request = RemotingCommand.request(
         RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "g1"}
@@ -114,9 +116,7 @@ async def test_notify_consumer_ids_changed_is_oneway(
     assert await _no_answer(conn)
 
 
-async def test_reset_offset_reads_fastjson_body_and_sends_nothing(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_reset_offset_reads_fastjson_body_and_sends_nothing(linked: Linked) -> None:
     _, conn, engine = linked
     body = (
         b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"Orders"}:5,'
@@ -133,7 +133,7 @@ async def test_reset_offset_reads_fastjson_body_and_sends_nothing(
     assert await _no_answer(conn)
 
 
-async def test_get_consumer_status(linked: tuple[TcpTransport, PeerConnection, Engine]) -> None:
+async def test_get_consumer_status(linked: Linked) -> None:
     _, conn, engine = linked
     request = RemotingCommand.request(
         RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, {"topic": "Orders", "group": "g1"}
@@ -150,9 +150,7 @@ async def test_get_consumer_status(linked: tuple[TcpTransport, PeerConnection, E
     )
 
 
-async def test_get_consumer_running_info(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_get_consumer_running_info(linked: Linked) -> None:
     _, conn, engine = linked
     response = await conn.push(
         RemotingCommand.request(
@@ -172,9 +170,7 @@ async def test_get_consumer_running_info(
     assert missing.remark == "The Consumer Group <nope> not exist in this consumer"
 
 
-async def test_consume_message_directly(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_consume_message_directly(linked: Linked) -> None:
     _, conn, engine = linked
     record = encode_stored_message(
         topic="Orders", body=b"direct", queue_id=1, queue_offset=8, store_host="127.0.0.1:10911"
@@ -202,9 +198,7 @@ async def test_consume_message_directly(
     assert missing.remark == "The Consumer Group <other> not exist in this consumer"
 
 
-async def test_handler_exception_is_a_system_error(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_handler_exception_is_a_system_error(linked: Linked) -> None:
     _, conn, _ = linked
     record = encode_stored_message(topic="Orders", body=b"x", store_host="127.0.0.1:10911")
     response = await conn.push(
@@ -217,9 +211,7 @@ async def test_handler_exception_is_a_system_error(
     assert response.remark.startswith("ValueError: listener exploded, consume_message_directly(")
 
 
-async def test_unknown_code_is_not_supported(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_unknown_code_is_not_supported(linked: Linked) -> None:
     _, conn, engine = linked
     response = await conn.push(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE))
     assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
@@ -227,9 +219,7 @@ async def test_unknown_code_is_not_supported(
     assert engine.calls == []
 
 
-async def test_handler_raising_not_implemented_is_not_supported(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_handler_raising_not_implemented_is_not_supported(linked: Linked) -> None:
     _, conn, _ = linked
     response = await conn.push(
         RemotingCommand.request(
@@ -240,9 +230,7 @@ async def test_handler_raising_not_implemented_is_not_supported(
     assert response.remark == " request type 221 not supported"
 
 
-async def test_no_handler_is_not_supported(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_no_handler_is_not_supported(linked: Linked) -> None:
     transport, conn, engine = linked
     transport.set_inbound_handler(None)
     response = await conn.push(
@@ -253,9 +241,7 @@ async def test_no_handler_is_not_supported(
     assert engine.calls == []
 
 
-async def test_slow_handler_blocks_neither_reads_nor_other_requests(
-    linked: tuple[TcpTransport, PeerConnection, Engine],
-) -> None:
+async def test_slow_handler_blocks_neither_reads_nor_other_requests(linked: Linked) -> None:
     transport, conn, engine = linked
     engine.block = asyncio.Event()
     conn.send(
