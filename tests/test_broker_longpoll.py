@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -13,15 +14,22 @@ from rmqk.protocol import RequestCode, ResponseCode
 pytestmark = pytest.mark.timeout(60)
 
 
+@contextlib.asynccontextmanager
 async def _clients(broker):
-    return await RawClient.connect(broker.broker_addr), await RawClient.connect(broker.broker_addr)
+    """A consumer and a producer connection to ``broker``, both closed on the way out."""
+    consumer = await RawClient.connect(broker.broker_addr)
+    producer = await RawClient.connect(broker.broker_addr)
+    try:
+        yield consumer, producer
+    finally:
+        await consumer.close()
+        await producer.close()
 
 
 async def test_held_pull_wakes_on_arrival(broker_factory):
     # A long re-check period: only the arrival can answer the pull in time.
     broker = await broker_factory(hold_check_interval=60)
-    consumer, producer = await _clients(broker)
-    try:
+    async with _clients(broker) as (consumer, producer):
         await producer.send_message("Held", b"first")
         pull = asyncio.ensure_future(consumer.pull("Held", offset=1, suspend_ms=20_000, timeout=30))
         await asyncio.sleep(0.3)
@@ -36,15 +44,11 @@ async def test_held_pull_wakes_on_arrival(broker_factory):
         assert response.ext_fields["nextBeginOffset"] == "2"
         assert latency < 2.0, f"held pull answered {latency:.3f} s after the send"
         assert broker.processors.holds.held_count == 0
-    finally:
-        await consumer.close()
-        await producer.close()
 
 
 async def test_unmatched_arrival_keeps_the_pull_held(broker_factory):
     broker = await broker_factory(hold_check_interval=60)
-    consumer, producer = await _clients(broker)
-    try:
+    async with _clients(broker) as (consumer, producer):
         await producer.send_message("Filtered", b"seed", tags="A")
         pull = asyncio.ensure_future(
             consumer.pull("Filtered", offset=1, subscription="A", suspend_ms=20_000, timeout=30)
@@ -57,15 +61,11 @@ async def test_unmatched_arrival_keeps_the_pull_held(broker_factory):
         response = await asyncio.wait_for(pull, 10)
         assert [m.body for m in messages_of(response)] == [b"wanted"]
         assert response.ext_fields["nextBeginOffset"] == "3"
-    finally:
-        await consumer.close()
-        await producer.close()
 
 
 async def test_suspend_timeout_answered_by_the_periodic_check(broker_factory):
     broker = await broker_factory(hold_check_interval=0.1)
-    consumer, producer = await _clients(broker)
-    try:
+    async with _clients(broker) as (consumer, producer):
         await producer.send_message("Quiet", b"x")
         started = time.monotonic()
         response = await consumer.pull("Quiet", offset=1, suspend_ms=400, timeout=30)
@@ -76,9 +76,6 @@ async def test_suspend_timeout_answered_by_the_periodic_check(broker_factory):
         )
         assert response.ext_fields["nextBeginOffset"] == "1"
         assert 0.35 <= elapsed < 10
-    finally:
-        await consumer.close()
-        await producer.close()
 
 
 async def test_pull_without_suspend_flag_answers_at_once(broker):
@@ -95,8 +92,7 @@ async def test_pull_without_suspend_flag_answers_at_once(broker):
 
 async def test_held_pull_commits_its_offset_and_is_dropped_on_close(broker_factory):
     broker = await broker_factory(hold_check_interval=60)
-    consumer, producer = await _clients(broker)
-    try:
+    async with _clients(broker) as (consumer, producer):
         await producer.send_message("Commit", b"x")
         pull = asyncio.ensure_future(
             consumer.pull(
@@ -119,5 +115,3 @@ async def test_held_pull_commits_its_offset_and_is_dropped_on_close(broker_facto
         # The next arrival finds no live pull to answer and nothing breaks.
         assert (await producer.send_message("Commit", b"y")).code == ResponseCode.SUCCESS
         assert broker.processors.holds.held_count == 0
-    finally:
-        await producer.close()

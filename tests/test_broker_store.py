@@ -58,6 +58,20 @@ def props_of(**pairs: str) -> str:
     return "\x02".join(f"{k}\x01{v}" for k, v in pairs.items())
 
 
+def put_batch(
+    store: MessageStore, messages: list[BatchEntry], *, queue_id: int = 0, born: int = 5
+) -> list[PutResult]:
+    """A batch put to topic B, as a client at 10.0.0.1 sends one."""
+    return store.put_messages_batch(
+        topic="B",
+        queue_id=queue_id,
+        messages=messages,
+        sys_flag=0,
+        born_timestamp=born,
+        born_host="10.0.0.1:1",
+    )
+
+
 def put(
     store: MessageStore,
     topic: str = "T",
@@ -373,14 +387,7 @@ def test_listeners_see_each_dispatch(store: MessageStore) -> None:
     store.add_listener(broken)
     put(store, queue_id=2)
     put(store, queue_id=2)
-    store.put_messages_batch(
-        topic="B",
-        queue_id=1,
-        messages=[BatchEntry(0, b"1", ""), BatchEntry(0, b"2", "")],
-        sys_flag=0,
-        born_timestamp=1,
-        born_host="10.0.0.1:1",
-    )
+    put_batch(store, [BatchEntry(0, b"1", ""), BatchEntry(0, b"2", "")], queue_id=1, born=1)
     assert calls == [("T", 2, 1), ("T", 2, 2), ("B", 1, 2)]
     store.remove_listener(broken)
 
@@ -390,14 +397,7 @@ def test_batch_is_contiguous_with_consecutive_offsets(store: MessageStore) -> No
     messages = [
         BatchEntry(i, b"body-%d" % i, props_of(TAGS="TagA", KEYS=f"k{i}")) for i in range(5)
     ]
-    results = store.put_messages_batch(
-        topic="B",
-        queue_id=0,
-        messages=messages,
-        sys_flag=0,
-        born_timestamp=5,
-        born_host="10.0.0.1:1",
-    )
+    results = put_batch(store, messages)
     assert [r.queue_offset for r in results] == [1, 2, 3, 4, 5]
     assert all(r.ok for r in results)
     assert len({r.store_timestamp for r in results}) == 1
@@ -417,14 +417,7 @@ def test_batch_is_contiguous_with_consecutive_offsets(store: MessageStore) -> No
 
 def test_batch_over_the_size_limit_stores_nothing(store: MessageStore) -> None:
     messages = [BatchEntry(0, bytes(MAX_MESSAGE // 3), "") for _ in range(4)]
-    results = store.put_messages_batch(
-        topic="B",
-        queue_id=0,
-        messages=messages,
-        sys_flag=0,
-        born_timestamp=5,
-        born_host="10.0.0.1:1",
-    )
+    results = put_batch(store, messages)
     assert len(results) == 4
     assert all(r.status is PutMessageStatus.MESSAGE_ILLEGAL for r in results)
     assert store.max_offset("B", 0) == 0
