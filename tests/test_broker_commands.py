@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,16 +11,9 @@ from engine_support import admin_transport, committed_offsets, create_topic, pro
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.message import MessageExt
-from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> Any:
-    async with EmbeddedBroker(tmp_path / "broker", namesrv_port=0, broker_port=0) as b:
-        yield b
 
 
 async def running_consumer(broker: Any, group: str, topic: str, sink: list[MessageExt]) -> Any:

@@ -23,15 +23,8 @@ from rmqk.engine.sync import LitePullConsumer
 from rmqk.errors import ClientError, ConfigError
 from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue
-from rmqk.plugins.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> Any:
-    async with EmbeddedBroker(tmp_path / "broker", namesrv_port=0, broker_port=0) as b:
-        yield b
 
 
 def lite(broker: Any, group: str, **options: Any) -> AsyncLitePullConsumer:

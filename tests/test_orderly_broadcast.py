@@ -16,15 +16,8 @@ from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeOrderlyStatus
-from rmqk.plugins.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> Any:
-    async with EmbeddedBroker(tmp_path / "broker", namesrv_port=0, broker_port=0) as b:
-        yield b
 
 
 def orderly(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:

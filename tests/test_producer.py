@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,15 +14,8 @@ from rmqk.engine.sync import Producer
 from rmqk.errors import ClientError
 from rmqk.message import Message
 from rmqk.model import MessageQueue, SendStatus, java_string_hash
-from rmqk.plugins.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> Any:
-    async with EmbeddedBroker(tmp_path / "broker", namesrv_port=0, broker_port=0) as b:
-        yield b
 
 
 @pytest.mark.parametrize(

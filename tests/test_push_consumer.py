@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -29,17 +29,24 @@ from rmqk.engine.rebalance import parse_consume_timestamp
 from rmqk.errors import ClientError, ConfigError
 from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeStatus, MessageQueue
-from rmqk.plugins.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> Any:
-    async with EmbeddedBroker(
-        tmp_path / "broker", namesrv_port=0, broker_port=0, delay_levels=FAST_DELAY_LEVELS
-    ) as b:
-        yield b
+async def broker(broker_factory: Callable[..., Awaitable[Any]]) -> Any:
+    return await broker_factory(delay_levels=FAST_DELAY_LEVELS)
+
+
+async def collecting(
+    broker: Any, group: str, topic: str, into: list[bytes], **options: Any
+) -> AsyncPushConsumer:
+    """A started consumer of ``topic`` that appends every body it receives to ``into``."""
+    c = consumer(broker, group, **options)
+    c.subscribe(topic)
+    c.register_listener(lambda msgs: into.extend(m.body for m in msgs))
+    await c.start()
+    return c
 
 
 def consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:
@@ -83,19 +90,13 @@ async def test_restart_resumes_from_committed_offsets(broker: Any) -> None:
     await create_topic(broker, "Resume", 4)
     await produce(broker.namesrv_addr, "Resume", (f"a{i}".encode() for i in range(400)))
     first: list[bytes] = []
-    c1 = consumer(broker, "g-resume")
-    c1.subscribe("Resume")
-    c1.register_listener(lambda msgs: first.extend(m.body for m in msgs))
-    await c1.start()
+    c1 = await collecting(broker, "g-resume", "Resume", first)
     await wait_for(lambda: len(set(first)) >= 400, 30, "first 400")
     await c1.shutdown()
 
     await produce(broker.namesrv_addr, "Resume", (f"b{i}".encode() for i in range(300)))
     second: list[bytes] = []
-    c2 = consumer(broker, "g-resume")
-    c2.subscribe("Resume")
-    c2.register_listener(lambda msgs: second.extend(m.body for m in msgs))
-    await c2.start()
+    c2 = await collecting(broker, "g-resume", "Resume", second)
     try:
         await wait_for(lambda: len(set(second)) >= 300, 30, "300 new messages")
         await asyncio.sleep(0.5)
@@ -114,10 +115,9 @@ async def test_consume_from_last_offset_on_a_young_queue_starts_at_zero_like_apa
     await create_topic(broker, "Last", 2)
     await produce(broker.namesrv_addr, "Last", (f"old{i}".encode() for i in range(50)))
     got: list[bytes] = []
-    c = consumer(broker, "g-last", consume_from_where="CONSUME_FROM_LAST_OFFSET")
-    c.subscribe("Last")
-    c.register_listener(lambda msgs: got.extend(m.body for m in msgs))
-    await c.start()
+    c = await collecting(
+        broker, "g-last", "Last", got, consume_from_where="CONSUME_FROM_LAST_OFFSET"
+    )
     try:
         await wait_for(lambda: len(got) >= 50, 15, "the history")
         await produce(broker.namesrv_addr, "Last", (f"new{i}".encode() for i in range(20)))
@@ -280,10 +280,7 @@ async def test_start_validation(broker: Any) -> None:
 async def test_pause_stops_delivery_and_resume_restarts_it(broker: Any) -> None:
     await create_topic(broker, "Pause", 2)
     got: list[bytes] = []
-    c = consumer(broker, "g-pause")
-    c.subscribe("Pause")
-    c.register_listener(lambda msgs: got.extend(m.body for m in msgs))
-    await c.start()
+    c = await collecting(broker, "g-pause", "Pause", got)
     try:
         await wait_for(lambda: len(held_queues(c, "Pause")) == 2, 15, "queues assigned")
         await produce(broker.namesrv_addr, "Pause", (f"a{i}".encode() for i in range(20)))
