@@ -26,6 +26,14 @@ async def running_consumer(broker: Any, group: str, topic: str, sink: list[Messa
     return c
 
 
+def reset_to_start(topic: str, group: str) -> RemotingCommand:
+    """An admin's forced reset of ``group``'s offsets on ``topic`` to timestamp 0."""
+    return RemotingCommand.request(
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        {"topic": topic, "group": group, "timestamp": 0, "isForce": True},
+    )
+
+
 async def test_reset_offset_from_the_broker_rewinds_a_running_consumer(
     broker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -40,10 +48,7 @@ async def test_reset_offset_from_the_broker_rewinds_a_running_consumer(
         await wait_for(lambda: len(got) >= 100, 20, "first pass")
         await c.persist_consumer_offset()
         await asyncio.sleep(0.3)
-        request = RemotingCommand.request(
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-            {"topic": "Rewind", "group": "g-rewind", "timestamp": 0, "isForce": True},
-        )
+        request = reset_to_start("Rewind", "g-rewind")
         response = await admin.invoke(broker.broker_addr, request, 5000)
         assert response.code == ResponseCode.SUCCESS, response.remark
         await wait_for(lambda: len(got) >= 200, 20, "the rewound second pass")
@@ -64,10 +69,7 @@ async def test_reset_offset_for_a_group_nobody_runs_is_refused(broker: Any) -> N
     await produce(broker.namesrv_addr, "Nobody", [b"x"])
     admin = await admin_transport(broker.namesrv_addr)
     try:
-        request = RemotingCommand.request(
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-            {"topic": "Nobody", "group": "g-nobody", "timestamp": 0, "isForce": True},
-        )
+        request = reset_to_start("Nobody", "g-nobody")
         response = await admin.invoke(broker.broker_addr, request, 5000)
     finally:
         await admin.close()

@@ -198,6 +198,19 @@ def test_kill_9_with_async_flush_and_lost_queue_pages(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ torn tails
 
 
+def stray_record(body: bytes, queue_offset: int, commit_log_offset: int) -> bytes:
+    """A record of topic K, queue 0, as the store would write it, for writing by hand."""
+    return encode_stored_message(
+        topic="K",
+        body=body,
+        queue_id=0,
+        queue_offset=queue_offset,
+        commit_log_offset=commit_log_offset,
+        born_host="10.0.0.1:1",
+        store_host="127.0.0.1:10911",
+    )
+
+
 def closed_store_with(root: Path, count: int) -> tuple[int, list[PutResult]]:
     with make_store(root) as store:
         results = [put(store, i, queue_id=0) for i in range(count)]
@@ -208,15 +221,7 @@ def closed_store_with(root: Path, count: int) -> tuple[int, list[PutResult]]:
 def test_torn_record_is_truncated(tmp_path: Path) -> None:
     root = tmp_path / "s"
     end, _ = closed_store_with(root, 10)
-    record = encode_stored_message(
-        topic="K",
-        body=b"never acknowledged",
-        queue_id=0,
-        queue_offset=10,
-        commit_log_offset=end,
-        born_host="10.0.0.1:1",
-        store_host="127.0.0.1:10911",
-    )
+    record = stray_record(b"never acknowledged", 10, end)
     write_at(segment_path(root, end), end % SEGMENT, record[:60])
     # ... and its consume queue entry made it to disk before the crash
     write_at(
@@ -237,17 +242,7 @@ def test_torn_record_is_truncated(tmp_path: Path) -> None:
 def test_record_with_bad_crc_is_truncated(tmp_path: Path) -> None:
     root = tmp_path / "s"
     end, _ = closed_store_with(root, 5)
-    record = bytearray(
-        encode_stored_message(
-            topic="K",
-            body=b"x" * 300,
-            queue_id=0,
-            queue_offset=5,
-            commit_log_offset=end,
-            born_host="10.0.0.1:1",
-            store_host="127.0.0.1:10911",
-        )
-    )
+    record = bytearray(stray_record(b"x" * 300, 5, end))
     record[-50] ^= 0xFF  # inside the body: whole length, wrong CRC
     write_at(segment_path(root, end), end % SEGMENT, bytes(record))
     with make_store(root) as store:
@@ -275,15 +270,7 @@ def test_stale_record_behind_the_end_is_never_resurrected(tmp_path: Path) -> Non
     """A whole, valid record whose PHYSICALOFFSET is not its position is not accepted."""
     root = tmp_path / "s"
     end, _ = closed_store_with(root, 3)
-    stale = encode_stored_message(
-        topic="K",
-        body=b"old",
-        queue_id=0,
-        queue_offset=3,
-        commit_log_offset=end + 100,
-        born_host="10.0.0.1:1",
-        store_host="127.0.0.1:10911",
-    )
+    stale = stray_record(b"old", 3, end + 100)
     write_at(segment_path(root, end), end % SEGMENT, stale)
     with make_store(root) as store:
         assert store.max_offset("K", 0) == 3 and store.commit_log_max_offset == end

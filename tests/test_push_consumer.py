@@ -20,6 +20,7 @@ from engine_support import (
     held_queues,
     max_offsets,
     produce,
+    push_consumer,
     wait_for,
 )
 
@@ -38,6 +39,9 @@ async def broker(broker_factory: Callable[..., Awaitable[Any]]) -> Any:
     return await broker_factory(delay_levels=FAST_DELAY_LEVELS)
 
 
+consumer = push_consumer
+
+
 async def collecting(
     broker: Any, group: str, topic: str, into: list[bytes], **options: Any
 ) -> AsyncPushConsumer:
@@ -47,11 +51,6 @@ async def collecting(
     c.register_listener(lambda msgs: into.extend(m.body for m in msgs))
     await c.start()
     return c
-
-
-def consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:
-    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
-    return AsyncPushConsumer(group, namesrv_addr=broker.namesrv_addr, **options)
 
 
 async def test_consumes_everything_once_and_commits_the_end(broker: Any) -> None:
