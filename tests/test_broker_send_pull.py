@@ -26,6 +26,19 @@ async def client(broker):
     await c.close()
 
 
+def two_queue_topic(topic: str) -> dict[str, object]:
+    """UPDATE_AND_CREATE_TOPIC fields for a read-write topic of two queues, as mqadmin sends."""
+    return {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": 2,
+        "writeQueueNums": 2,
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "order": False,
+    }
+
+
 async def test_send_and_pull_round_trip_with_every_field(broker, client):
     born = 1_700_000_000_123
     sent = await client.send_message(
@@ -366,18 +379,7 @@ async def test_no_auto_create_answers_topic_not_exist(broker_factory):
         assert sent.code == ResponseCode.TOPIC_NOT_EXIST
         assert sent.remark == "topic[Unknown] not exist, apply first please!" + FAQ
         assert sent.ext_fields == {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        created = await client.call(
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {
-                "topic": "Unknown",
-                "defaultTopic": "TBW102",
-                "readQueueNums": 2,
-                "writeQueueNums": 2,
-                "perm": 6,
-                "topicFilterType": "SINGLE_TAG",
-                "order": False,
-            },
-        )
+        created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, two_queue_topic("Unknown"))
         assert created.code == ResponseCode.SUCCESS
         assert (await client.send_message("Unknown", b"x", queue_id=1)).code == ResponseCode.SUCCESS
         bad_queue = await client.send_message("Unknown", b"x", queue_id=2)
@@ -409,18 +411,7 @@ async def test_send_validation_errors(broker_factory):
         forbidden = await client.send_message("SCHEDULE_TOPIC_XXXX", b"x")
         assert forbidden.code == ResponseCode.NO_PERMISSION
         assert forbidden.remark == "Sending message to topic[SCHEDULE_TOPIC_XXXX] is forbidden."
-        system = await client.call(
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {
-                "topic": "TBW102",
-                "defaultTopic": "TBW102",
-                "readQueueNums": 2,
-                "writeQueueNums": 2,
-                "perm": 6,
-                "topicFilterType": "SINGLE_TAG",
-                "order": False,
-            },
-        )
+        system = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, two_queue_topic("TBW102"))
         assert system.code == ResponseCode.SYSTEM_ERROR
         assert system.remark == "The topic[TBW102] is conflict with system topic."
     finally:
