@@ -18,10 +18,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from rmqk.config import load_config
 from rmqk.errors import ConfigError
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
@@ -34,6 +35,10 @@ from rmqk.plugins.sinks.commitlog import (
 )
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
 from rmqk.plugins.spark.options import parse_sink_options
+from rmqk.runtime import ComposedConsumer
+
+if TYPE_CHECKING:
+    from rmqk.plugins.spark.demo import ProduceResult
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -517,14 +522,17 @@ def _check_exactly_once(spark: Any, out: Path, msg_ids: tuple[str, ...]) -> None
     assert len({(r.queue_id, r.queue_offset) for r in rows}) == len(msg_ids)
 
 
-@pytest.mark.spark
-async def test_consumer_to_parquet_end_to_end(spark: Any, broker: Any, tmp_path: Path) -> None:
-    from rmqk.config import load_config
+async def _orders_topic(broker: Any, count: int) -> ProduceResult:
+    """Topic Orders, four queues, ``count`` demo orders sent to it; returns what was sent."""
     from rmqk.plugins.spark.demo import produce_orders
-    from rmqk.runtime import ComposedConsumer
 
     await broker.create_topic("Orders", queues=4)
-    produced = await produce_orders(broker.namesrv_addr, 6000, topic="Orders")
+    return await produce_orders(broker.namesrv_addr, count, topic="Orders")
+
+
+@pytest.mark.spark
+async def test_consumer_to_parquet_end_to_end(spark: Any, broker: Any, tmp_path: Path) -> None:
+    produced = await _orders_topic(broker, 6000)
     out = tmp_path / "orders"
     config = _consumer_toml(
         tmp_path / "c.toml",
@@ -610,12 +618,7 @@ asyncio.run(main())
 async def test_kill_9_between_write_and_ack_leaves_each_message_once(
     spark: Any, broker: Any, tmp_path: Path
 ) -> None:
-    from rmqk.config import load_config
-    from rmqk.plugins.spark.demo import produce_orders
-    from rmqk.runtime import ComposedConsumer
-
-    await broker.create_topic("Orders", queues=4)
-    produced = await produce_orders(broker.namesrv_addr, 4000, topic="Orders")
+    produced = await _orders_topic(broker, 4000)
     out = tmp_path / "orders"
     config = _consumer_toml(
         tmp_path / "c.toml",

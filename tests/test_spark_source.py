@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,6 +27,9 @@ from rmqk.plugins.spark.offsets import (
     parse_offset_key,
     parse_offset_spec,
 )
+
+if TYPE_CHECKING:
+    from rmqk.plugins.spark.source import SourceOptions
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -130,19 +133,22 @@ def _produce(handle: Any, count: int, topic: str = "Orders") -> Any:
     return asyncio.run(produce_orders(handle.namesrv_addr, count, topic=topic))
 
 
+def _orders_options(handle: Any, *, streaming: bool, **options: str) -> SourceOptions:
+    """Source options reading topic Orders from ``handle``'s name server, plus ``options``."""
+    from rmqk.plugins.spark.source import SourceOptions
+
+    return SourceOptions.parse(
+        {"namesrv": handle.namesrv_addr, "topics": "Orders", **options}, streaming=streaming
+    )
+
+
 def test_stream_reader_plans_limits_and_reads_without_spark(broker_thread: Any) -> None:
-    from rmqk.plugins.spark.source import RocketMQStreamReader, SourceOptions
+    from rmqk.plugins.spark.source import RocketMQStreamReader
 
     broker_thread.call(broker_thread.broker.create_topic("Orders", queues=4))
     produced = _produce(broker_thread, 1000)
-    opts = SourceOptions.parse(
-        {
-            "namesrv": broker_thread.namesrv_addr,
-            "topics": "Orders",
-            "startingOffsets": "earliest",
-            "maxMessagesPerTrigger": "100",
-        },
-        streaming=True,
+    opts = _orders_options(
+        broker_thread, streaming=True, startingOffsets="earliest", maxMessagesPerTrigger="100"
     )
     reader = RocketMQStreamReader(opts)
     try:
@@ -179,19 +185,13 @@ def test_stream_reader_plans_limits_and_reads_without_spark(broker_thread: Any) 
 
 def test_admission_control_on_pyspark_4_2(broker_thread: Any) -> None:
     limits = pytest.importorskip("pyspark.sql.streaming.datasource")
-    from rmqk.plugins.spark.source import RocketMQStreamReader, SourceOptions
+    from rmqk.plugins.spark.source import RocketMQStreamReader
 
     broker_thread.call(broker_thread.broker.create_topic("Orders", queues=4))
     _produce(broker_thread, 1000)
     reader = RocketMQStreamReader(
-        SourceOptions.parse(
-            {
-                "namesrv": broker_thread.namesrv_addr,
-                "topics": "Orders",
-                "startingOffsets": "earliest",
-                "maxMessagesPerTrigger": "100",
-            },
-            streaming=True,
+        _orders_options(
+            broker_thread, streaming=True, startingOffsets="earliest", maxMessagesPerTrigger="100"
         )
     )
     try:
@@ -210,18 +210,11 @@ def test_admission_control_on_pyspark_4_2(broker_thread: Any) -> None:
 
 
 def test_tag_filter_and_timestamp_start(broker_thread: Any) -> None:
-    from rmqk.plugins.spark.source import RocketMQBatchReader, SourceOptions
+    from rmqk.plugins.spark.source import RocketMQBatchReader
 
     broker_thread.call(broker_thread.broker.create_topic("Orders", queues=2))
     produced = _produce(broker_thread, 600)
-    opts = SourceOptions.parse(
-        {
-            "namesrv": broker_thread.namesrv_addr,
-            "topics": "Orders",
-            "subExpression": "paid || cancelled",
-        },
-        streaming=False,
-    )
+    opts = _orders_options(broker_thread, streaming=False, subExpression="paid || cancelled")
     reader = RocketMQBatchReader(opts)
     rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
     expected = dict(produced.per_tag)
@@ -229,10 +222,7 @@ def test_tag_filter_and_timestamp_start(broker_thread: Any) -> None:
     assert {r["tags"] for r in rows} == {"paid", "cancelled"}
     future = str(int(time.time() * 1000) + 3_600_000)
     late = RocketMQBatchReader(
-        SourceOptions.parse(
-            {"namesrv": broker_thread.namesrv_addr, "topics": "Orders", "startingOffsets": future},
-            streaming=False,
-        )
+        _orders_options(broker_thread, streaming=False, startingOffsets=future)
     )
     assert late.partitions() == []
 
