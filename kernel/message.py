@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "NAME_VALUE_SEPARATOR",
@@ -108,7 +108,26 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
     return f"{ip}:{port}", int.from_bytes(rest[4:12], "big", signed=True)
 
 
-class Message:
+class _TagsAndKeys:
+    """The two property shortcuts sent and consumed messages share, as in Java's Message."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @property
+        def properties(self) -> dict[str, str]: ...
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageProperty.TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageProperty.KEYS)
+
+
+class Message(_TagsAndKeys):
     """A message to send (producer side)."""
 
     __slots__ = ("body", "flag", "properties", "topic")
@@ -141,14 +160,6 @@ class Message:
             self.properties[MessageProperty.WAIT_STORE_MSG_OK] = "false"
 
     @property
-    def tags(self) -> str | None:
-        return self.properties.get(MessageProperty.TAGS)
-
-    @property
-    def keys(self) -> str | None:
-        return self.properties.get(MessageProperty.KEYS)
-
-    @property
     def delay_level(self) -> int:
         return int(self.properties.get(MessageProperty.DELAY_TIME_LEVEL, "0"))
 
@@ -179,7 +190,7 @@ _EXT_SLOTS = (
 )
 
 
-class MessageExt:
+class MessageExt(_TagsAndKeys):
     """A consumed message with everything the broker stored about it.
 
     ``properties`` is parsed from the raw properties text on first access.
@@ -299,14 +310,6 @@ class MessageExt:
 
     def get_property(self, key: str, default: str | None = None) -> str | None:
         return self.properties.get(key, default)
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(MessageProperty.TAGS)
-
-    @property
-    def keys(self) -> str | None:
-        return self.properties.get(MessageProperty.KEYS)
 
     @property
     def offset_msg_id(self) -> str:
