@@ -1,7 +1,8 @@
 """Shared fixtures: embedded brokers on free loopback ports.
 
 * ``broker``: a started :class:`~rmqk.plugins.broker.EmbeddedBroker` (async) with
-  Apache's defaults, data in ``tmp_path``.
+  Apache's defaults, data in ``tmp_path``; a module or test marked
+  ``@pytest.mark.broker_options(**options)`` gets one started with those options.
 * ``broker_factory``: ``await broker_factory(**options)`` starts more (or
   differently configured) brokers; all are stopped at teardown. Options are
   EmbeddedBroker's keyword arguments (``delay_levels="100ms 200ms"``,
@@ -53,9 +54,10 @@ async def broker_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitabl
 
 @pytest.fixture
 async def broker(
-    broker_factory: Callable[..., Awaitable[EmbeddedBroker]],
+    broker_factory: Callable[..., Awaitable[EmbeddedBroker]], request: pytest.FixtureRequest
 ) -> EmbeddedBroker:
-    return await broker_factory()
+    marker = request.node.get_closest_marker("broker_options")
+    return await broker_factory(**(dict(marker.kwargs) if marker else {}))
 
 
 @pytest.fixture

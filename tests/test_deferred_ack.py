@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,10 @@ from engine_support import (
 
 from rmqk.message import MessageExt
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def broker(broker_factory: Callable[..., Awaitable[Any]]) -> Any:
-    return await broker_factory(delay_levels=FAST_DELAY_LEVELS)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.broker_options(delay_levels=FAST_DELAY_LEVELS),
+]
 
 
 consumer = push_consumer

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -31,12 +30,10 @@ from rmqk.errors import ClientError, ConfigError
 from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeStatus, MessageQueue
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def broker(broker_factory: Callable[..., Awaitable[Any]]) -> Any:
-    return await broker_factory(delay_levels=FAST_DELAY_LEVELS)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.broker_options(delay_levels=FAST_DELAY_LEVELS),
+]
 
 
 consumer = push_consumer
