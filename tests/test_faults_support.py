@@ -114,6 +114,15 @@ class Tally:
     def lost(self, expected: Iterable[int]) -> list[int]:
         return [i for i in expected if i not in self.counts]
 
+    def figures(self, expected: Iterable[int]) -> dict[str, int]:
+        """The delivery figures every result reports; ``lost`` counts ``expected`` ids unseen."""
+        return {
+            "delivered": self.delivered,
+            "distinct": self.distinct,
+            "duplicates": self.duplicates,
+            "lost": len(self.lost(expected)),
+        }
+
     def watch_new_pulls(self, highest_pulled: dict[int, int], since: float) -> None:
         """Note the first consumption of a message pulled after ``since``."""
         self._watch = dict(highest_pulled)
@@ -709,10 +718,7 @@ async def broker_kill_scenario(
     return BrokerKillResult(
         produced=produced,
         kills=kills,
-        delivered=tally.delivered,
-        distinct=tally.distinct,
-        duplicates=tally.duplicates,
-        lost=len(tally.lost(range(produced))),
+        **tally.figures(range(produced)),
         acked_missing_after_restart=missing_after_restart,
         broker_restart_s=restarts,
         consume_resumed_s=resumed,
@@ -837,10 +843,7 @@ async def network_scenario(
         kind=kind,
         faults=rounds,
         total=produced,
-        delivered=tally.delivered,
-        distinct=tally.distinct,
-        duplicates=tally.duplicates,
-        lost=len(tally.lost(range(produced))),
+        **tally.figures(range(produced)),
         resume_s=resumes,
         max_resume_s=max(resumes, default=0.0),
         longest_stall_s=stall,
@@ -1031,10 +1034,7 @@ async def group_churn_scenario(
         joins=joins,
         leaves=leaves,
         produced=len(acked),
-        delivered=tally.delivered,
-        distinct=tally.distinct,
-        duplicates=tally.duplicates,
-        lost=len(tally.lost(acked)),
+        **tally.figures(acked),
         exclusivity_violations=len(monitor.violations),
         order_violations=len(order_errors),
         duration_s=time.monotonic() - begin,

@@ -88,22 +88,25 @@ def hand_record(
     return struct.pack(">ii", total + total_delta, magic) + rest
 
 
+# The fields of hand_record()'s message, as keyword arguments of the encoder and MessageExt.
+HAND_FIELDS: dict[str, object] = dict(
+    topic="TopicTest",
+    body=b"hello",
+    flag=7,
+    queue_id=3,
+    queue_offset=1234,
+    commit_log_offset=987654321,
+    born_timestamp=1_700_000_000_000,
+    born_host="10.0.0.1:50123",
+    store_timestamp=1_700_000_000_123,
+    store_host="10.0.0.2:10911",
+    reconsume_times=2,
+    properties_raw=PROPS,
+)
+
+
 def encode_like_hand(**overrides: object) -> bytes:
-    args: dict[str, object] = dict(
-        topic="TopicTest",
-        body=b"hello",
-        flag=7,
-        queue_id=3,
-        queue_offset=1234,
-        commit_log_offset=987654321,
-        born_timestamp=1_700_000_000_000,
-        born_host="10.0.0.1:50123",
-        store_timestamp=1_700_000_000_123,
-        store_host="10.0.0.2:10911",
-        reconsume_times=2,
-        properties_raw=PROPS,
-    )
-    args.update(overrides)
+    args: dict[str, object] = {**HAND_FIELDS, **overrides}
     return encode_stored_message(**args)  # type: ignore[arg-type]
 
 
@@ -225,24 +228,13 @@ def test_many_records_with_changing_topics_and_hosts() -> None:
 def test_decoded_message_equals_one_built_with_the_public_constructor() -> None:
     record = hand_record()
     (m,) = decode_messages(record, "b")
-    built = MessageExt(
-        topic="TopicTest",
-        body=b"hello",
-        queue_id=3,
-        queue_offset=1234,
-        flag=7,
-        commit_log_offset=987654321,
+    built = MessageExt(  # type: ignore[arg-type]
+        **HAND_FIELDS,
         sys_flag=0,
-        born_timestamp=1_700_000_000_000,
-        born_host="10.0.0.1:50123",
-        store_timestamp=1_700_000_000_123,
-        store_host="10.0.0.2:10911",
-        reconsume_times=2,
         prepared_transaction_offset=0,
         body_crc=zlib.crc32(b"hello") & 0x7FFFFFFF,
         store_size=len(record),
         broker_name="b",
-        properties_raw=PROPS,
     )
     assert type(m) is MessageExt
     # Every slot is filled (the decoder sets them directly, bypassing __init__); the
