@@ -80,6 +80,18 @@ def broker_thread_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread
 
 
 @pytest.fixture
+def no_acl_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No ACL credentials from the environment or an earlier test, before and after."""
+    from rmqk.plugins.remoting import acl
+
+    for var in ("RMQK_ACCESS_KEY", "RMQK_SECRET_KEY", "RMQK_SECURITY_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    acl.configure(None)
+    yield
+    acl.configure(None)
+
+
+@pytest.fixture
 def broker_thread(broker_thread_factory: Callable[..., BrokerThread]) -> BrokerThread:
     return broker_thread_factory()
 

@@ -16,7 +16,7 @@ import logging
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from rmqk.plugins.remoting.client import TcpTransport
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 from rmqk.transport import TlsConfig, TransportConfig
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("no_acl_credentials")]
 
 ADMIN = client_acl.Credentials("rmqk-admin", "admin-SECRET-0001")
 USER = client_acl.Credentials("rmqk-user", "user-SECRET-0002")
@@ -84,15 +84,6 @@ def acl_config(tmp_path: Path) -> AclConfig:
     path = tmp_path / "plain_acl.toml"
     path.write_text(ACL_TOML)
     return load_acl_config(path)
-
-
-@pytest.fixture(autouse=True)
-def no_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in ("RMQK_ACCESS_KEY", "RMQK_SECRET_KEY", "RMQK_SECURITY_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    client_acl.configure(None)
-    yield
-    client_acl.configure(None)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Iterator
 
 import pluggy
 import pytest
@@ -19,16 +18,7 @@ from rmqk.plugins.remoting import acl
 from rmqk.plugins.remoting.client import TcpTransport
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
-pytestmark = pytest.mark.timeout(30)
-
-
-@pytest.fixture(autouse=True)
-def no_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in ("RMQK_ACCESS_KEY", "RMQK_SECRET_KEY", "RMQK_SECURITY_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    acl.configure(None)
-    yield
-    acl.configure(None)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("no_acl_credentials")]
 
 
 def plugin_manager() -> pluggy.PluginManager:
