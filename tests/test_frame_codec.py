@@ -424,29 +424,21 @@ int32 = st.integers(-(2**31), 2**31 - 1)
 int16 = st.integers(-(2**15), 2**15 - 1)
 languages = st.one_of(st.sampled_from(list(LanguageCode)), st.integers(13, 255))
 
-
-@settings(max_examples=200, deadline=None)
-@given(
-    code=int32,
-    version=int32,
-    opaque=int32,
-    flag=int32,
-    remark=st.one_of(st.none(), text),
-    fields=st.dictionaries(text, text, max_size=6),
-    body=st.binary(max_size=300),
-    language=languages,
+# A command's fields after code and version: opaque, flag, remark, ext fields, body, language.
+Rest = tuple[int, int, str | None, dict[str, str], bytes, int]
+rest_of_command = st.tuples(
+    int32,
+    int32,
+    st.one_of(st.none(), text),
+    st.dictionaries(text, text, max_size=6),
+    st.binary(max_size=300),
+    languages,
 )
-def test_json_round_trip(
-    code: int,
-    version: int,
-    opaque: int,
-    flag: int,
-    remark: str | None,
-    fields: dict[str, str],
-    body: bytes,
-    language: int,
-) -> None:
-    cmd = RemotingCommand(
+
+
+def command(code: int, version: int, rest: Rest) -> RemotingCommand:
+    opaque, flag, remark, fields, body, language = rest
+    return RemotingCommand(
         code,
         version=version,
         opaque=opaque,
@@ -456,6 +448,13 @@ def test_json_round_trip(
         body=body,
         language=language,
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(code=int32, version=int32, rest=rest_of_command)
+def test_json_round_trip(code: int, version: int, rest: Rest) -> None:
+    opaque, flag, remark, fields, body, language = rest
+    cmd = command(code, version, rest)
     frame = encode_frame(cmd)
     assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
     back = decode_frame(frame[4:])
@@ -465,36 +464,10 @@ def test_json_round_trip(
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    code=int16,
-    version=int16,
-    opaque=int32,
-    flag=int32,
-    remark=st.one_of(st.none(), text),
-    fields=st.dictionaries(text, text, max_size=6),
-    body=st.binary(max_size=300),
-    language=languages,
-)
-def test_rocketmq_round_trip(
-    code: int,
-    version: int,
-    opaque: int,
-    flag: int,
-    remark: str | None,
-    fields: dict[str, str],
-    body: bytes,
-    language: int,
-) -> None:
-    cmd = RemotingCommand(
-        code,
-        version=version,
-        opaque=opaque,
-        flag=flag,
-        remark=remark,
-        ext_fields=fields,
-        body=body,
-        language=language,
-    )
+@given(code=int16, version=int16, rest=rest_of_command)
+def test_rocketmq_round_trip(code: int, version: int, rest: Rest) -> None:
+    opaque, flag, remark, fields, body, language = rest
+    cmd = command(code, version, rest)
     frame = encode_frame(cmd, SerializeType.ROCKETMQ)
     back = decode_frame(frame[4:])
     assert (back.code, back.version, back.opaque, back.flag) == (code, version, opaque, flag)
