@@ -7,9 +7,11 @@ conftest's per-test async ``broker``.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -38,6 +40,32 @@ def start_rmqk(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen([sys.executable, "-m", "rmqk.cli", *args], text=True, **kwargs)
+
+
+def installed_distribution(source: Path, dist: str) -> Callable[..., Iterator[str]]:
+    """A module-scoped fixture named ``installed_plugin``: ``source`` pip-installed as ``dist``.
+
+    It yields the distribution name and uninstalls it afterwards; the plugin manager
+    is reset both times so the entry points are read again.
+    """
+
+    @pytest.fixture(scope="module", name="installed_plugin")
+    def installed_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+        from rmqk.pluginmanager import reset_plugin_manager
+
+        # A copy, so the build leaves nothing behind in the repository.
+        src = tmp_path_factory.mktemp("dist") / source.name
+        shutil.copytree(source, src)
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+        subprocess.run([*pip, "install", "--no-deps", str(src)], check=True)
+        reset_plugin_manager()
+        try:
+            yield dist
+        finally:
+            subprocess.run([*pip, "uninstall", "-y", dist], check=False)
+            reset_plugin_manager()
+
+    return installed_fixture
 
 
 def module_broker() -> Callable[..., Iterator[BrokerThread]]:

@@ -9,22 +9,19 @@ consumer only through :class:`rmqk.consume_host.ConsumeHost`.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import installed_distribution, module_broker
 from engine_support import committed_offsets, create_topic, max_offsets, produce, wait_for
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import ConfigError
 from rmqk.message import MessageExt
-from rmqk.pluginmanager import plugin_distribution, registries, reset_plugin_manager
+from rmqk.pluginmanager import plugin_distribution, registries
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -46,29 +43,10 @@ def test_the_tutorial_shows_the_plugin_as_it_is() -> None:
     assert toml + "\n" in [body for lang, body in blocks if lang == "toml"]
 
 
-@pytest.fixture(scope="module")
-def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    # A copy, so the build leaves nothing behind in the repository.
-    src = tmp_path_factory.mktemp("dist") / "plugin-offset-batches"
-    shutil.copytree(PLUGIN_DIR, src)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", str(src)], check=True)
-    reset_plugin_manager()
-    try:
-        yield DIST
-    finally:
-        subprocess.run([*pip, "uninstall", "-y", DIST], check=False)
-        reset_plugin_manager()
+installed_plugin = installed_distribution(PLUGIN_DIR, DIST)
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from rmqk.plugins.broker import EmbeddedBroker
-
-    with EmbeddedBroker.run_in_thread(
-        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
-    ) as handle:
-        yield handle
+broker = module_broker()
 
 
 def test_entry_point_registers_the_service(installed_plugin: str) -> None:

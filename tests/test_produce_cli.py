@@ -4,33 +4,23 @@ resumes without duplicating anything."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cli_support import module_broker
+from cli_support import produce as cli_produce
 
 from rmqk import LitePullConsumer
-from rmqk.plugins.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with EmbeddedBroker.run_in_thread(
-        tmp_path_factory.mktemp("broker"), namesrv_port=0, broker_port=0
-    ) as handle:
-        yield handle
+broker = module_broker()
 
 
 def produce(namesrv: str, topic: str, stdin: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rmqk.cli", "produce", "--namesrv", namesrv, "--topic", topic,
-         "--stdin", *extra],
-        input=stdin, capture_output=True, text=True,
-    )
+    return cli_produce(namesrv, topic, "--stdin", *extra, input=stdin)
 
 
 def bodies(namesrv: str, topic: str, expect: int) -> list[str]:

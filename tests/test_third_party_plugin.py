@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, produce, start_rmqk
+from cli_support import installed_distribution, module_broker, produce, start_rmqk
 
 from rmqk.config import load_config
 from rmqk.model import MessageQueue
-from rmqk.pluginmanager import plugin_distribution, registries, reset_plugin_manager
+from rmqk.pluginmanager import plugin_distribution, registries
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,19 +32,7 @@ EXAMPLE_CONFIG = PLUGIN_DIR / "every-other.toml"
 DIST = "rmqk-every-other"
 
 
-@pytest.fixture(scope="module")
-def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    # A copy, so the build leaves nothing behind in the repository.
-    src = tmp_path_factory.mktemp("dist") / "plugin-every-other"
-    shutil.copytree(PLUGIN_DIR, src)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", str(src)], check=True)
-    reset_plugin_manager()
-    try:
-        yield DIST
-    finally:
-        subprocess.run([*pip, "uninstall", "-y", DIST], check=False)
-        reset_plugin_manager()
+installed_plugin = installed_distribution(PLUGIN_DIR, DIST)
 
 
 def test_entry_point_registers_the_strategy(installed_plugin: str) -> None:
