@@ -1,4 +1,4 @@
-"""Shared fixtures: embedded brokers on free loopback ports.
+"""Shared fixtures: embedded brokers on free loopback ports, a fresh plugin manager.
 
 * ``broker``: a started :class:`~rmqk.plugins.broker.EmbeddedBroker` (async) with
   Apache's defaults, data in ``tmp_path``; a module or test marked
@@ -7,6 +7,8 @@
   differently configured) brokers; all are stopped at teardown. Options are
   EmbeddedBroker's keyword arguments (``delay_levels="100ms 200ms"``,
   ``lock_expiry=0.5``, ...); ``data_dir`` defaults to a fresh folder of ``tmp_path``.
+* ``pm``: the plugin manager, reset before and after the test.
+* ``no_acl_credentials``: no ACL keys from the environment or configured (ACL tests).
 * ``broker_thread``: a broker running on its own loop in a thread, for sync tests;
   ``broker_thread_factory`` as above.
 """
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from rmqk.pluginmanager import PluginManager
     from rmqk.plugins.broker import BrokerThread, EmbeddedBroker
 
 _counter = itertools.count()
@@ -77,6 +80,16 @@ def broker_thread_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread
     finally:
         for handle in reversed(started):
             handle.stop()
+
+
+@pytest.fixture
+def pm() -> Iterator[PluginManager]:
+    """The plugin manager, loaded afresh for the test and reset again after it."""
+    from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
+
+    reset_plugin_manager()
+    yield get_plugin_manager()
+    reset_plugin_manager()
 
 
 @pytest.fixture

@@ -24,13 +24,6 @@ from rmqk.pluginmanager import (
 MQ = MessageQueue("T", "broker-a", 0)
 
 
-@pytest.fixture
-def pm() -> Iterator[pluginmanager.PluginManager]:
-    reset_plugin_manager()
-    yield get_plugin_manager()
-    reset_plugin_manager()
-
-
 def test_a_wrapper_surrounds_the_registrations_and_may_register_too(pm: Any) -> None:
     order: list[str] = []
 

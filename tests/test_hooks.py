@@ -7,7 +7,6 @@ those components; here each hook is checked for the contract docs/hooks.md state
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,19 +19,10 @@ from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 from rmqk.pluginmanager import (
     call_event_hook,
-    get_plugin_manager,
     registries,
-    reset_plugin_manager,
 )
 
 MQ = MessageQueue("T", "broker-a", 0)
-
-
-@pytest.fixture
-def pm() -> Iterator[Any]:
-    reset_plugin_manager()
-    yield get_plugin_manager()
-    reset_plugin_manager()
 
 
 def _msg(offset: int, keys: str | None = None) -> MessageExt:
