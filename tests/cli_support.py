@@ -35,6 +35,26 @@ def produce(
     return rmqk("produce", "--namesrv", namesrv, "--topic", topic, *options, **kwargs)
 
 
+def jsonl_consumer(
+    name: str, group: str, namesrv: str, topic: str, out: Path, *, tags: str = "*", **options: int
+) -> str:
+    """A ``[consumers.<name>]`` table: ``topic`` from its first offset into the jsonl file ``out``.
+
+    ``options`` are further integer consumer options, e.g. ``consume_message_batch_max_size=16``.
+    """
+    lines = [
+        f"[consumers.{name}]",
+        f'group = "{group}"',
+        f'namesrv_addr = "{namesrv}"',
+        f'subscription = {{ {topic} = "{tags}" }}',
+        'consume_from_where = "CONSUME_FROM_FIRST_OFFSET"',
+        *(f"{key} = {value}" for key, value in options.items()),
+        'sink = "jsonl"',
+        f'sink_options = {{ path = "{out}" }}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def start_rmqk(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
     """``rmqk <args>`` started in the background, stdout and stderr piped unless told."""
     kwargs.setdefault("stdout", subprocess.PIPE)

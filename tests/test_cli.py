@@ -10,13 +10,12 @@ import select
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, rmqk, start_rmqk
+from cli_support import jsonl_consumer, module_broker, rmqk, start_rmqk
 from cli_support import produce as cli_produce
 
 from rmqk import cli
@@ -103,19 +102,7 @@ broker = module_broker()
 
 
 def write_config(path: Path, namesrv: str, group: str, topic: str, out: Path) -> Path:
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [consumers.summary]
-            group = "{group}"
-            namesrv_addr = "{namesrv}"
-            subscription = {{ {topic} = "*" }}
-            consume_from_where = "CONSUME_FROM_FIRST_OFFSET"
-            sink = "jsonl"
-            sink_options = {{ path = "{out}" }}
-            """
-        )
-    )
+    path.write_text(jsonl_consumer("summary", group, namesrv, topic, out))
     return path
 
 

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from cli_support import module_broker, produce, start_rmqk
+from cli_support import jsonl_consumer, module_broker, produce, start_rmqk
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -227,23 +227,15 @@ def test_rmqk_run_serves_metrics_matching_the_consumed_count(broker: Any, tmp_pa
     assert produced.returncode == 0, produced.stderr
     out = tmp_path / "out.jsonl"
     config = tmp_path / "metered.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            [prometheus]
-            port = 0
-
-            [consumers.metered]
-            group = "g-metered"
-            namesrv_addr = "{broker.namesrv_addr}"
-            subscription = {{ Metered = "*" }}
-            consume_from_where = "CONSUME_FROM_FIRST_OFFSET"
-            consume_message_batch_max_size = 8
-            sink = "jsonl"
-            sink_options = {{ path = "{out}" }}
-            """
-        )
+    consumer = jsonl_consumer(
+        "metered",
+        "g-metered",
+        broker.namesrv_addr,
+        "Metered",
+        out,
+        consume_message_batch_max_size=8,
     )
+    config.write_text("[prometheus]\nport = 0\n\n" + consumer)
     proc = start_rmqk("run", str(config), "--log-level", "INFO", "--log-format", "json")
     stderr = Stderr(proc)
     try:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, produce, rmqk, start_rmqk
+from cli_support import jsonl_consumer, module_broker, produce, rmqk, start_rmqk
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -29,19 +28,14 @@ def test_produce_then_run_delivers_every_message_to_jsonl(broker: Any, tmp_path:
     out = tmp_path / "out.jsonl"
     config = tmp_path / "consumers.toml"
     config.write_text(
-        textwrap.dedent(
-            f"""
-            [consumers.cli]
-            group = "g-cli"
-            namesrv_addr = "{broker.namesrv_addr}"
-            subscription = {{ CliTopic = "TagA" }}
-            consume_from_where = "CONSUME_FROM_FIRST_OFFSET"
-            consume_message_batch_max_size = 16
-            sink = "jsonl"
-
-            [consumers.cli.sink_options]
-            path = "{out}"
-            """
+        jsonl_consumer(
+            "cli",
+            "g-cli",
+            broker.namesrv_addr,
+            "CliTopic",
+            out,
+            tags="TagA",
+            consume_message_batch_max_size=16,
         )
     )
     assert rmqk("check", str(config)).returncode == 0

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import module_broker, produce, rmqk, start_rmqk
+from cli_support import jsonl_consumer, module_broker, produce, rmqk, start_rmqk
 
 from rmqk.model import MessageQueue
 from rmqk.plugins.status.collect import QueueStatus, parse_running_info
@@ -62,19 +61,7 @@ def test_status_of_a_running_consumer_and_of_an_idle_group(broker: Any, tmp_path
     assert produced.returncode == 0, produced.stderr
     out = tmp_path / "out.jsonl"
     config = tmp_path / "status.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            [consumers.watched]
-            group = "g-status"
-            namesrv_addr = "{broker.namesrv_addr}"
-            subscription = {{ StatusT = "*" }}
-            consume_from_where = "CONSUME_FROM_FIRST_OFFSET"
-            sink = "jsonl"
-            sink_options = {{ path = "{out}" }}
-            """
-        )
-    )
+    config.write_text(jsonl_consumer("watched", "g-status", broker.namesrv_addr, "StatusT", out))
     # Before anyone consumes: offsets from the broker, nobody online, exit status 1.
     idle = rmqk(
         "status",
