@@ -64,7 +64,9 @@ class EmbeddedBroker:
     The time-based behaviours take their Apache defaults and can be shortened
     for tests: ``lock_expiry`` (queue locks, 60 s), ``channel_expiry`` (clients
     without a heartbeat, 120 s), ``idle_timeout`` (silent connections, 120 s),
-    ``hold_check_interval`` (re-check of held pulls, 5 s) and ``delay_levels``.
+    ``hold_check_interval`` (re-check of held pulls, 5 s), ``register_period``
+    (the broker's registration with its name server, BrokerConfig's
+    registerNameServerPeriod, 30 s) and ``delay_levels``.
 
     ``acl`` (an :class:`~rmqk.plugins.broker.acl.AclConfig` or the path of a
     ``.toml``/``.json`` file with plain_acl.yml's keys) makes the broker check every
@@ -99,6 +101,7 @@ class EmbeddedBroker:
         channel_expiry: float = 120.0,
         idle_timeout: float = 120.0,
         hold_check_interval: float = 5.0,
+        register_period: float = 30.0,
         max_message_size: int = 4 * 1024 * 1024,
         segment_size: int | None = None,
         notify_consumer_ids_changed: bool = True,
@@ -141,6 +144,9 @@ class EmbeddedBroker:
         self.channel_expiry = channel_expiry
         self.idle_timeout = idle_timeout
         self.hold_check_interval = hold_check_interval
+        if not register_period > 0:
+            raise RmqkError(f"register_period must be positive, got {register_period!r}")
+        self.register_period = register_period
         self.max_message_size = max_message_size
         self.segment_size = segment_size
         self.notify_consumer_ids_changed = notify_consumer_ids_changed
@@ -250,6 +256,9 @@ class EmbeddedBroker:
             self._register_routes()
             loop = asyncio.get_running_loop()
             self._tasks.append(loop.create_task(self._scan_clients(), name="rmqk-client-scan"))
+            self._tasks.append(
+                loop.create_task(self._register_periodically(), name="rmqk-register-broker")
+            )
             self.running = True
         except BaseException:
             await self._shutdown()
@@ -327,6 +336,17 @@ class EmbeddedBroker:
             await asyncio.sleep(period)
             if self.processors is not None:
                 self.processors.clients.scan_expired()
+
+    async def _register_periodically(self) -> None:
+        # BrokerController's registerBrokerAll task: whatever happened to the route
+        # table, the broker's routes are whole again within one period.
+        while True:
+            await asyncio.sleep(self.register_period)
+            try:
+                self._register_routes()
+            except Exception as exc:
+                log.warning("registering broker %s with the name server failed: %r",
+                            self.broker_name, exc)  # fmt: skip
 
     # -- topics ------------------------------------------------------------------
 

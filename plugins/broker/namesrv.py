@@ -8,7 +8,11 @@ standard JSON get fastjson's unquoted integer ``brokerAddrs`` keys. Like
 Apache's name server, it sends no answer at all to a request code it does not
 know.
 
-The embedded broker registers itself in-process (:meth:`RouteInfoManager.register_broker`).
+The embedded broker registers itself in-process (:meth:`RouteInfoManager.register_broker`),
+at start, on every topic change and every ``register_period`` seconds as Apache's
+broker does; no client request may register, unregister or redirect it
+(:meth:`RouteInfoManager.refusal`), and DELETE_TOPIC_IN_NAMESRV leaves its queues,
+which follow its own topic table.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class RouteInfoManager:
         self.broker_addr_table: dict[str, _BrokerData] = {}
         self.topic_queue_table: dict[str, dict[str, TopicQueueConfig]] = {}
         self._live: dict[str, Any] = {}  # broker address → registering channel (None in-process)
+        # (broker name, id) → address of the brokers registered in-process: the
+        # embedded broker's own entry, which no client request may replace or remove.
+        self._owned: dict[tuple[str, int], str] = {}
 
     def register_broker(
         self,
@@ -70,7 +77,13 @@ class RouteInfoManager:
         topics: Iterable[TopicQueueConfig],
         channel: Any = None,
     ) -> str | None:
-        """Register (or refresh) a broker; returns the master's address for a slave."""
+        """Register (or refresh) a broker; returns the master's address for a slave.
+
+        ``channel`` None registers the in-process broker, whose entry then belongs to
+        it for good: see :meth:`refusal`.
+        """
+        if channel is None:
+            self._owned[(broker_name, broker_id)] = broker_addr
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         data = self.broker_addr_table.get(broker_name)
         if data is None:
@@ -93,6 +106,40 @@ class RouteInfoManager:
         if broker_id != MASTER_ID:
             return data.addrs.get(MASTER_ID)
         return None
+
+    def refusal(self, broker_name: str, broker_id: int, broker_addr: str) -> str | None:
+        """Why a client may not register or unregister this broker, or None when it may.
+
+        Apache's name server believes every REGISTER_BROKER, and its brokers repair a
+        forged entry at their next periodic registration; a forged entry for the
+        in-process broker would instead redirect its producers until then, and take
+        its routes with it when the forging connection closes. So the in-process
+        broker's name and id, and its address, are its own.
+        """
+        owned_addr = self._owned.get((broker_name, broker_id))
+        if owned_addr is None and broker_addr not in self._owned.values():
+            return None
+        return (
+            f"broker {broker_name} (id {broker_id}) at {broker_addr}: the embedded broker "
+            f"{owned_addr or broker_addr} of this name server registers itself; "
+            "no client may register or unregister it"
+        )
+
+    def delete_topic(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_NAMESRV: every broker's queues of the topic but the in-process one's.
+
+        The in-process broker's queues mirror its own topic table, so they go when
+        the topic is deleted on that broker (DELETE_TOPIC_IN_BROKER), not before.
+        """
+        queues = self.topic_queue_table.get(topic)
+        if queues is None:
+            return
+        owned = {name for name, _ in self._owned}
+        for name in list(queues):
+            if name not in owned:
+                del queues[name]
+        if not queues:
+            del self.topic_queue_table[topic]
 
     def update_topic(self, broker_name: str, cfg: TopicQueueConfig) -> None:
         self.topic_queue_table.setdefault(cfg.topic, {})[broker_name] = cfg
@@ -208,19 +255,20 @@ class NameServer:
             body = jsonwire.dumps({"topicList": self.routes.topics_of_cluster(cluster)})
             return make_response(request, body=body)
         if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
-            self.routes.remove_topic(Headers(request).text("topic"))
+            self.routes.delete_topic(Headers(request).text("topic"))
             return make_response(request)
         if code == RequestCode.REGISTER_BROKER:
             return self._register_broker(conn, request)
         if code == RequestCode.UNREGISTER_BROKER:
             h = Headers(request)
             h.require("brokerName", "brokerAddr", "clusterName", "brokerId")
-            self.routes.unregister_broker(
-                h.text("clusterName"),
-                h.text("brokerAddr"),
-                h.text("brokerName"),
-                h.number("brokerId"),
-            )
+            name, addr, broker_id = h.text("brokerName"), h.text("brokerAddr"), h.number("brokerId")
+            refused = self.routes.refusal(name, broker_id, addr)
+            if refused is not None:
+                log.warning("name server: UNREGISTER_BROKER from %s refused: %s",
+                            conn.remote_addr, refused)  # fmt: skip
+                return make_response(request, ResponseCode.SYSTEM_ERROR, refused)
+            self.routes.unregister_broker(h.text("clusterName"), addr, name, broker_id)
             return make_response(request)
         # Apache's name server processor returns null for codes it does not know,
         # so the client gets no response at all.
@@ -245,6 +293,14 @@ class NameServer:
     def _register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = Headers(request)
         h.require("brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId")
+        refused = self.routes.refusal(
+            h.text("brokerName"), h.number("brokerId"), h.text("brokerAddr")
+        )
+        if refused is not None:
+            log.warning(
+                "name server: REGISTER_BROKER from %s refused: %s", conn.remote_addr, refused
+            )
+            return make_response(request, ResponseCode.SYSTEM_ERROR, refused)
         if h.boolean("compressed"):
             return make_response(
                 request,
