@@ -22,7 +22,11 @@ processed, as ``PlainAccessValidator`` and ``PlainPermissionManager`` do:
    accounts without any listed resource may do everything.
 
 Like Apache 4.9.8, a batch send (SEND_BATCH_MESSAGE) is not checked per topic:
-its signature and account are, its topic is not. A denied request is answered
+its signature and account are, its topic is not. Beyond Apache, a send of any
+kind into ``%RETRY%<group>`` needs SUB on ``<group>`` (and, as on Apache, SUB on
+the sender's own group): Apache's check reads a field its V1 header does not
+have and skips a V2 header without a group, so there anyone could write into
+any group's retry queue. A denied request is answered
 SYSTEM_ERROR with Apache's remark, ``org.apache.rocketmq.acl.common.AclException:
 <why>, <where>``; nothing of it is processed, so it changes nothing.
 
@@ -487,12 +491,23 @@ def _resources(request: RemotingCommand) -> dict[str, int]:
     if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
         # SEND_MESSAGE_V2 has short field names: b is the topic, a the producer group.
         v1 = code == RequestCode.SEND_MESSAGE
-        topic_key, group_key = ("topic", "group") if v1 else ("b", "a")
-        topic = f.get(topic_key)
+        topic = f.get("topic" if v1 else "b")
         if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            add(_retry(f.get(group_key)), SUB)
+            # Apache adds SUB on the group its header names, but reads a V1 send's
+            # group from "group", a field SendMessageRequestHeader does not have, and
+            # a V2 send may leave "a" out: either way it checks no group. Here the
+            # sender's group is read where the header keeps it, and the group whose
+            # retry queue is written (the topic itself) needs SUB as well.
+            add(_retry(f.get("producerGroup", f.get("group")) if v1 else f.get("a")), SUB)
+            add(topic, SUB)
         else:
             add(topic, PUB)
+    elif code == RequestCode.SEND_BATCH_MESSAGE:
+        # Apache 4.9.8 checks no resource of a batch; one into a retry queue still
+        # needs SUB on that queue's group.
+        topic = f.get("b")
+        if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            add(topic, SUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         add(_retry(f.get("group")), SUB)
     elif code == RequestCode.PULL_MESSAGE:
