@@ -280,15 +280,18 @@ class Connection(asyncio.Protocol):
                 f" request type {request.code} not supported",
             )
         else:
-            try:
-                response = await handler(self, request, serialize_type)
-            except HeaderError as exc:
-                response = make_response(request, ResponseCode.SYSTEM_ERROR, exc.remark)
-            except Exception as exc:
-                log.exception("%r: processing request code %d failed", self, request.code)
-                response = make_response(
-                    request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-                )
+            refused = _untext_field(request)
+            if refused is not None:
+                log.warning("%r: request code %d refused: %s", self, request.code, refused)
+                response = make_response(request, ResponseCode.SYSTEM_ERROR, refused)
+            else:
+                try:
+                    response = await handler(self, request, serialize_type)
+                except HeaderError as exc:
+                    response = make_response(request, ResponseCode.SYSTEM_ERROR, exc.remark)
+                except Exception as exc:
+                    _log_failure(self, request.code, exc)
+                    response = make_response(request, ResponseCode.SYSTEM_ERROR, _one_line(exc))
         if response is None or request.flag & RPC_ONEWAY:
             return
         self.send(response, serialize_type)
@@ -306,9 +309,16 @@ class Connection(asyncio.Protocol):
         codec = _codec()
         try:
             data = codec.encode_frame(command, codec.SerializeType(serialize_type))
-        except ValueError as exc:
-            log.error("%r: cannot encode command code %d: %s", self, command.code, exc)
-            return False
+        except ValueError:
+            # Text a client sent back to it (a name in a remark) may hold lone
+            # surrogates; Java's encoder writes "?" for them, and so does this one.
+            try:
+                data = codec.encode_frame(
+                    _as_java_text(command), codec.SerializeType(serialize_type)
+                )
+            except ValueError as exc:
+                log.error("%r: cannot encode command code %d: %s", self, command.code, exc)
+                return False
         try:
             transport.write(data)
         except (ConnectionError, OSError, RuntimeError):
@@ -354,6 +364,70 @@ class Connection(asyncio.Protocol):
     def oneway(self, command: RemotingCommand, serialize_type: int = SERIALIZE_JSON) -> bool:
         command.flag |= RPC_ONEWAY
         return self.send(command, serialize_type)
+
+
+# (exception type, request code) whose traceback was logged already: one per kind
+# keeps a flood of bad requests from flooding the log. Bounded, so that a hostile
+# variety of kinds cannot grow it without limit either.
+_TRACED_KINDS: set[tuple[str, int]] = set()
+_MAX_TRACED_KINDS = 256
+
+
+def _log_failure(conn: Connection, code: int, exc: Exception) -> None:
+    """One WARNING line per failed request; its traceback once per kind, else at DEBUG."""
+    kind = (type(exc).__qualname__, code)
+    first = kind not in _TRACED_KINDS and len(_TRACED_KINDS) < _MAX_TRACED_KINDS
+    if first:
+        _TRACED_KINDS.add(kind)
+    log.warning(
+        "%r: processing request code %d failed: %s%s",
+        conn,
+        code,
+        _one_line(exc),
+        "" if first else " (traceback logged once per kind, and at DEBUG)",
+        exc_info=exc if first else None,
+    )
+    if not first and log.isEnabledFor(logging.DEBUG):
+        log.debug("%r: traceback of request code %d", conn, code, exc_info=exc)
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    text = f"{type(exc).__name__}: {exc}".replace("\r", " ").replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _untext_field(request: RemotingCommand) -> str | None:
+    """Why a request's header is refused: a field that is not text (a lone surrogate).
+
+    No Java client can send one (its encoder writes "?" instead), names made of
+    them could never be answered or stored, so they stop at the door.
+    """
+    for key, value in request.ext_fields.items():
+        if not (key.isascii() and value.isascii()):
+            try:
+                key.encode("utf-8")
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = _java_str(key)
+                return f"the header field <{shown}> is not valid UTF-8 text (a lone surrogate)"
+    return None
+
+
+def _java_str(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _as_java_text(command: RemotingCommand) -> RemotingCommand:
+    return RemotingCommand(
+        command.code,
+        ext_fields={_java_str(k): _java_str(v) for k, v in command.ext_fields.items()},
+        body=command.body,
+        remark=None if command.remark is None else _java_str(command.remark),
+        opaque=command.opaque,
+        flag=command.flag,
+        language=command.language,
+        version=command.version,
+    )
 
 
 async def connect(

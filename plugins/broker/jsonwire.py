@@ -47,11 +47,12 @@ def dumps(value: Any, *, standard: bool = False) -> bytes:
 
     Integer keys are unquoted unless ``standard`` is set. ``ObjectKeyMap`` keys
     are written as JSON objects (fastjson's non-standard form) either way,
-    because that is what the broker writes for ``ConsumeStats``.
+    because that is what the broker writes for ``ConsumeStats``. A lone surrogate
+    is written as ``?``, as Java's UTF-8 encoder does, so a body is always sent.
     """
     out: list[str] = []
     _encode(value, out, standard)
-    return "".join(out).encode("utf-8")
+    return "".join(out).encode("utf-8", "replace")
 
 
 def _encode(value: Any, out: list[str], standard: bool) -> None:

@@ -1,21 +1,25 @@
 """ClientManageProcessor: HEART_BEAT and UNREGISTER_CLIENT.
 
 A heartbeat registers the client's producer and consumer groups and creates the
-retry topic of each consumer group, as Apache 4.9.8 does.
+retry topic of each consumer group, as Apache 4.9.8 does. Unlike Apache, it first
+checks every group name as the Java client's Validators.checkGroup does and
+refuses the heartbeat (SYSTEM_ERROR) on a bad one; and the retry topics one
+heartbeat creates are written to disk together, once, off the event loop.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from rmqk.model import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
 from rmqk.plugins.broker import jsonwire
-from rmqk.plugins.broker.clients import ClientChannelInfo, parse_heartbeat
+from rmqk.plugins.broker.clients import ClientChannelInfo, HeartbeatInfo, parse_heartbeat
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.filtering import check_subscription
 from rmqk.plugins.broker.processors.context import Processor
-from rmqk.plugins.broker.processors.topics import create_topic_in_send_back
+from rmqk.plugins.broker.processors.topics import add_retry_topics, validate_group
 from rmqk.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["ClientManageProcessor"]
@@ -28,7 +32,7 @@ class ClientManageProcessor(Processor):
 
     def heart_beat(
         self, conn: Connection, request: RemotingCommand, serialize_type: int
-    ) -> RemotingCommand:
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         try:
             hb = parse_heartbeat(jsonwire.loads(request.body))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -37,14 +41,17 @@ class ClientManageProcessor(Processor):
                 ResponseCode.SYSTEM_ERROR,
                 f"com.alibaba.fastjson.JSONException: bad HeartbeatData body ({exc})",
             )
+        refused = _refused_name(hb)
+        if refused is not None:
+            log.warning("heartbeat of %s from %s refused: %s", _java_str(hb.client_id),
+                        conn.remote_addr, refused)  # fmt: skip
+            return make_response(request, ResponseCode.SYSTEM_ERROR, refused)
+        created = add_retry_topics(
+            self.ctx,
+            [(RETRY_GROUP_TOPIC_PREFIX + c.group, 2 if c.unit_mode else 0) for c in hb.consumers],
+            PERM_WRITE | PERM_READ,
+        )
         for consumer in hb.consumers:
-            create_topic_in_send_back(
-                self.ctx,
-                RETRY_GROUP_TOPIC_PREFIX + consumer.group,
-                self.ctx.settings.retry_queue_nums,
-                PERM_WRITE | PERM_READ,
-                2 if consumer.unit_mode else 0,
-            )
             changed = self.ctx.clients.register_consumer(
                 consumer, self._channel(conn, hb.client_id, request), notify_enabled=True
             )
@@ -54,6 +61,14 @@ class ClientManageProcessor(Processor):
                 log.info("consumer group %s changed by %s", consumer.group, hb.client_id)
         for group in hb.producer_groups:
             self.ctx.clients.register_producer(group, self._channel(conn, hb.client_id, request))
+        if created:
+            return self._answer_once_persisted(request)
+        return make_response(request)
+
+    async def _answer_once_persisted(self, request: RemotingCommand) -> RemotingCommand:
+        # The new retry topics are on disk before the client hears of them, as each
+        # is on Apache; the write runs off the event loop, so other clients go on.
+        await self.ctx.persist_topics()
         return make_response(request)
 
     @staticmethod
@@ -105,3 +120,22 @@ class ClientManageProcessor(Processor):
         if consumer_group is not None:
             self.ctx.clients.unregister_consumer(consumer_group, conn)
         return make_response(request)
+
+
+def _refused_name(hb: HeartbeatInfo) -> str | None:
+    """Why a heartbeat's names cannot be taken: a group Validators.checkGroup refuses,
+    or a subscribed topic that is not text."""
+    for group in (*(c.group for c in hb.consumers), *hb.producer_groups):
+        remark = validate_group(group)
+        if remark is not None:
+            return remark
+    for consumer in hb.consumers:
+        for sub in consumer.subscriptions:
+            if _java_str(sub.topic) != sub.topic:
+                return f"the subscribed topic[{_java_str(sub.topic)}] is not valid UTF-8 text"
+    return None
+
+
+def _java_str(text: str) -> str:
+    # What Java's UTF-8 encoder makes of a lone surrogate: "?".
+    return text.encode("utf-8", "replace").decode("utf-8")

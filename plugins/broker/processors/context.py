@@ -7,6 +7,7 @@ small object plays that role so a processor module needs no other processor.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,6 +21,8 @@ from rmqk.plugins.broker.store.topics import TopicConfigs
 from rmqk.protocol import RequestCode
 
 __all__ = ["BrokerContext", "BrokerSettings", "Processor"]
+
+log = logging.getLogger("rmqk.broker")
 
 
 @attrs.frozen
@@ -72,6 +75,18 @@ class BrokerContext:
         self.locks = RebalanceLockManager(lock_expiry)
         self.filters = ConsumerFilters()
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def persist_topics(self) -> None:
+        """Write the topic table (off the event loop), then register the routes once.
+
+        A failed write is logged and left to the store's flush thread
+        (``persist_pending``), as Apache's ConfigManager.persist logs and goes on.
+        """
+        try:
+            await asyncio.to_thread(self.topics.persist)
+        except OSError as exc:
+            log.warning("cannot write the topic table (%s): retrying in the background", exc)
+        self.on_topics_changed()
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` in the background until it ends or the broker stops."""

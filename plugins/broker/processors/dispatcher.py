@@ -7,7 +7,7 @@ every other code as not supported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from rmqk.plugins.broker.clients import ClientManager
@@ -28,7 +28,10 @@ from rmqk.protocol import RemotingCommand, RequestCode
 
 __all__ = ["BrokerProcessors", "Handler"]
 
-Handler = Callable[[Connection, RemotingCommand, int], RemotingCommand | None]
+Handler = Callable[
+    [Connection, RemotingCommand, int],
+    RemotingCommand | Awaitable[RemotingCommand | None] | None,
+]
 
 
 class BrokerProcessors:
@@ -131,4 +134,8 @@ class BrokerProcessors:
         handler = self._handlers.get(request.code)
         if handler is None:
             return not_supported(request)
-        return handler(conn, request, serialize_type)
+        answer = handler(conn, request, serialize_type)
+        if answer is None or isinstance(answer, RemotingCommand):
+            return answer
+        # The few handlers with slow work (file writes) hand back an awaitable.
+        return await answer

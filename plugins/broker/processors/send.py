@@ -26,6 +26,7 @@ from rmqk.plugins.broker.processors.topics import (
     create_topic_in_send,
     create_topic_in_send_back,
     topic_config_string,
+    validate_group,
     validate_topic,
 )
 from rmqk.plugins.broker.store.topics import TopicConfig
@@ -399,6 +400,10 @@ class SendMessageProcessor(Processor):
         h.require("offset", "group", "delayLevel")
         offset = h.number("offset")
         group = h.text("group")
+        refused = validate_group(group)
+        if refused is not None:
+            # Not on Apache: a group that is no name would make a retry topic no one can list.
+            return make_response(request, ResponseCode.SYSTEM_ERROR, refused)
         delay_level = h.number("delayLevel")
         unit_mode = h.boolean("unitMode")
         max_reconsume_header = h.opt_number("maxReconsumeTimes")

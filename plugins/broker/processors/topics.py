@@ -7,6 +7,7 @@ TopicConfigManager, shared by the send, client and admin processors.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
 from rmqk.plugins.broker.processors.context import BrokerContext
@@ -15,11 +16,13 @@ from rmqk.plugins.broker.store.topics import TopicConfig
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
     "TOPIC_MAX_LENGTH",
+    "add_retry_topics",
     "create_topic_in_send",
     "create_topic_in_send_back",
     "perm_to_string",
     "save_topic",
     "topic_config_string",
+    "validate_group",
     "validate_topic",
 ]
 
@@ -27,6 +30,7 @@ log = logging.getLogger("rmqk.broker")
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 _VALID_NAME_CHARS = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -58,6 +62,53 @@ def validate_topic(topic: str | None) -> str | None:
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."
     return None
+
+
+def validate_group(group: str | None) -> str | None:
+    """Validators.checkGroup (the client's check, applied at the broker's door).
+
+    The remark, or None when valid. Apache's broker takes any group a client
+    names; a name that is not one (a lone surrogate, a space) would become a retry
+    topic no listing could show, so here it is refused where it comes in.
+    """
+    if group is None or not group.strip():
+        return "the specified group is blank"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"the specified group is longer than group max length {GROUP_MAX_LENGTH}."
+    if not _VALID_NAME_CHARS.issuperset(group):
+        shown = group.encode("utf-8", "replace").decode("utf-8")
+        return (
+            f"the specified group[{shown}] contains illegal characters, "
+            "allowing only ^[%|a-zA-Z0-9_-]+$"
+        )
+    return None
+
+
+def add_retry_topics(
+    ctx: BrokerContext, wanted: Iterable[tuple[str, int]], perm: int
+) -> list[TopicConfig]:
+    """createTopicInSendMessageBackMethod for many (topic, sys flag) at once, in memory.
+
+    The caller writes the topic file and registers the routes once for all of
+    them (:meth:`BrokerContext.persist_topics`): one request naming a thousand new
+    groups costs one write, not a thousand ever longer ones.
+    """
+    created: list[TopicConfig] = []
+    queue_nums = ctx.settings.retry_queue_nums
+    for topic, sys_flag in wanted:
+        if ctx.topics.get(topic) is None:
+            cfg = TopicConfig(topic, queue_nums, queue_nums, perm=perm, topic_sys_flag=sys_flag)
+            ctx.topics.put(cfg, persist=False)
+            created.append(cfg)
+    if created:
+        log.info(
+            "creating %d topic(s) with %d queues: %s%s",
+            len(created),
+            queue_nums,
+            ", ".join(c.topic_name for c in created[:3]),
+            ", ..." if len(created) > 3 else "",
+        )
+    return created
 
 
 def save_topic(ctx: BrokerContext, cfg: TopicConfig) -> TopicConfig:

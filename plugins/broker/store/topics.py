@@ -151,13 +151,19 @@ class TopicConfigs:
         with self._lock:
             return tuple(c for _, c in sorted(self._table.items()))
 
-    def put(self, config: TopicConfig) -> TopicConfig | None:
-        """Create or replace a topic's config; returns the previous one."""
+    def put(self, config: TopicConfig, *, persist: bool = True) -> TopicConfig | None:
+        """Create or replace a topic's config; returns the previous one.
+
+        ``persist=False`` leaves the write to the caller's next :meth:`persist` (or
+        the flush thread's :meth:`persist_pending`), so that many topics created by
+        one request cost one write.
+        """
         with self._lock:
             previous = self._table.get(config.topic_name)
             self._table[config.topic_name] = config
             self._next_version()
-        self._persist_or_retry_later()
+        if persist:
+            self._persist_or_retry_later()
         return previous
 
     def create(
