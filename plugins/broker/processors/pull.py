@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
 from typing import Any
+from collections.abc import Callable
 
 from rmqk.model import (
     MASTER_ID,
@@ -59,7 +59,10 @@ class PullMessageProcessor(Processor):
     def __init__(self, ctx: BrokerContext, *, hold_check_interval: float) -> None:
         super().__init__(ctx)
         self.holds = PullHoldService(
-            self._answer_held_pull, self._max_offset, check_interval=hold_check_interval
+            self._answer_held_pull,
+            self._max_offset,
+            tags_codes=self._tags_codes,
+            check_interval=hold_check_interval,
         )
 
     def pull_message(
@@ -212,10 +215,8 @@ class PullMessageProcessor(Processor):
                     offset=queue_offset,
                     timeout=suspend_ms / 1000.0,
                     # Without a filter every arrival matches (no scan needed to know).
-                    has_match=None
-                    if tag_filter is None and rec_filter is None
-                    else lambda: self._has_match(
-                        topic, queue_id, queue_offset, tag_filter, rec_filter
+                    has_match=_arrival_judge(
+                        self.ctx.store, topic, queue_id, tag_filter, rec_filter
                     ),
                 )
             )
@@ -246,13 +247,18 @@ class PullMessageProcessor(Processor):
             )
         return answer
 
-    def _has_match(
-        self, topic: str, queue_id: int, offset: int, tag_filter: Any, rec_filter: Any
-    ) -> bool:
-        result = self.ctx.store.get_messages(
-            topic, queue_id, offset, 1, tag_filter=tag_filter, record_filter=rec_filter
-        )
-        return str(getattr(result.status, "name", result.status)) == "FOUND"
+    def _tags_codes(self, topic: str, queue_id: int, start: int, end: int) -> list[int] | None:
+        """The tags codes of consume-queue entries [start, end); None if one is unreadable."""
+        cq = self.ctx.store.consume_queue(topic, queue_id)
+        if cq is None:
+            return None
+        codes: list[int] = []
+        for index in range(start, end):
+            entry = cq.entry(index)
+            if entry is None:
+                return None
+            codes.append(entry[2])
+        return codes
 
     def _max_offset(self, topic: str, queue_id: int) -> int:
         return int(self.ctx.store.max_offset(topic, queue_id))
@@ -264,6 +270,12 @@ class PullMessageProcessor(Processor):
             )
         except HeaderError as exc:
             response = make_response(pull.request, ResponseCode.SYSTEM_ERROR, exc.remark)
+        except Exception as exc:
+            # A held pull is answered too, even when answering it fails.
+            log.warning("answering held pull of %s failed: %r", pull.topic, exc)
+            response = make_response(
+                pull.request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+            )
         if response is not None:
             pull.conn.respond(pull.request, response, pull.serialize_type)
 
@@ -295,6 +307,35 @@ def build_broker_subscription(
     except ValueError:
         return None
     return SubscriptionData(topic=topic, sub_string=expression, expression_type=etype)
+
+
+def _arrival_judge(
+    store: Any,
+    topic: str,
+    queue_id: int,
+    tag_filter: Callable[[int], bool] | None,
+    rec_filter: Callable[[bytes], bool] | None,
+) -> Callable[[int, int], bool] | None:
+    """How a held pull judges an arriving entry; None when every arrival matches."""
+    if rec_filter is None:
+        return None if tag_filter is None else _arrival_match(tag_filter)
+
+    def has_match(queue_offset: int, tags_code: int) -> bool:
+        # A SQL92 filter needs the record's properties (isMatchedByCommitLog).
+        result = store.get_messages(topic, queue_id, queue_offset, 1, record_filter=rec_filter)
+        return str(getattr(result.status, "name", result.status)) == "FOUND"
+
+    return has_match
+
+
+@functools.lru_cache(maxsize=1024)
+def _arrival_match(tag_filter: Callable[[int], bool]) -> Callable[[int, int], bool]:
+    """A held pull's judge of an arriving entry, one per filter so pulls share verdicts."""
+
+    def has_match(queue_offset: int, tags_code: int) -> bool:
+        return tag_filter(tags_code)
+
+    return has_match
 
 
 def _tag_filter(sub: SubscriptionData) -> Callable[[int], bool] | None:
