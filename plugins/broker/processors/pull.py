@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from rmqk.model import (
     MASTER_ID,
