@@ -581,9 +581,9 @@ sink_options = {{ path = "{out_file}" }}
     report = json.loads(out)
     assert report["group"] == "ns1%GID_cli" and report["diffTotal"] == 0
     assert {q["topic"] for q in report["queues"]} == {"ns1%Orders"}
-    # Without the namespace the bare group has no offsets of its own.
-    code, out, _ = _cli(capsys, "admin", "consumer", "progress", "GID_cli", "-n", addr, "--json")
-    assert all(q["consumer_offset"] == 0 for q in json.loads(out)["queues"])
+    # Without the namespace the bare group has no offsets of its own: refused, as mqadmin does.
+    code, out, err = _cli(capsys, "admin", "consumer", "progress", "GID_cli", "-n", addr, "--json")
+    assert code == 1 and "'GID_cli' is not online and has no offsets" in err, (out, err)
 
     listing = ("admin", "topic", "list", "-n", addr, "--namespace", "ns1", "--json")
     code, out, _ = _cli(capsys, *listing)
