@@ -80,9 +80,7 @@ def serve(store: list[bytes], filtered: set[int], offset: int) -> tuple[bytes, i
     return b"".join(picked), at
 
 
-def drain(
-    store: list[bytes], filtered: set[int]
-) -> tuple[list[bytes], list[int], int]:
+def drain(store: list[bytes], filtered: set[int]) -> tuple[list[bytes], list[int], int]:
     """Pull the whole queue; the bodies delivered, the offsets reported, the pulls made."""
     delivered: list[bytes] = []
     reported: list[int] = []

@@ -35,9 +35,7 @@ def _optional_module(name: str, package: str) -> Any:
 
 
 def _too_large(kind: str, max_size: int) -> BodyTooLarge:
-    return BodyTooLarge(
-        f"{kind} body inflates past max_decompressed_body_size ({max_size} bytes)"
-    )
+    return BodyTooLarge(f"{kind} body inflates past max_decompressed_body_size ({max_size} bytes)")
 
 
 def _inflate_zlib(body: bytes, max_size: int) -> bytes:
