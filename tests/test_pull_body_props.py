@@ -13,6 +13,7 @@ exactly once.
 from __future__ import annotations
 
 import struct
+import tracemalloc
 import zlib
 
 import pytest
@@ -21,6 +22,8 @@ from hypothesis import strategies as st
 
 from rmqk.plugins.remoting.message_codec import (
     ZLIB_COMPRESSED_SYS_FLAG,
+    RecordError,
+    decode_messages,
     encode_stored_message,
     prefix_size,
 )
@@ -170,3 +173,27 @@ def test_an_unbelievable_header_skips_only_the_pulled_offset(queue_id: int) -> N
     )
     assert [s.queue_offset for s in result.skipped] == [5]
     assert result.next_begin_offset == 6
+
+
+def test_a_bomb_is_refused_without_inflating_it() -> None:
+    deflater = zlib.compressobj(1)
+    chunk = bytes(1 << 22)
+    bomb = b"".join([*(deflater.compress(chunk) for _ in range(64)), deflater.flush()])
+    body = encode_stored_message(topic="T", body=bomb, sys_flag=ZLIB_COMPRESSED_SYS_FLAG)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordError, match=r"max_decompressed_body_size \(1048576 bytes\)"):
+            decode_messages(body, max_body_size=1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # The stored bomb, its copies and one bounded buffer; inflating it would take 256 MiB.
+    assert peak < 16 << 20, peak
+
+
+def test_a_truncated_zlib_body_is_still_an_error() -> None:
+    cut = zlib.compress(b"y" * 1000)[:-4]
+    body = encode_stored_message(topic="T", body=cut, sys_flag=ZLIB_COMPRESSED_SYS_FLAG)
+    with pytest.raises(RecordError, match="incomplete or truncated stream") as caught:
+        decode_messages(body)
+    assert caught.value.framed
