@@ -43,6 +43,7 @@ from rmqk.optiontext import (
     suggest,
     unknown_key_message,
 )
+from rmqk.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE
 
 __all__ = [
     "OPTIONS",
@@ -402,6 +403,18 @@ class ConsumerOptions:
         maximum=1024,
         java_checked=True,
         unit="messages",
+    )
+    max_decompressed_body_size: int = _option(
+        OptionType.INT,
+        "A compressed message body that would inflate past this is not delivered: "
+        "like any record that cannot be decoded, it is skipped with one error naming "
+        "its queue and offset. Bounds what a decompression bomb costs (an rmqk "
+        "limit; Java has none). The default is 16 times the 4 MiB that Java "
+        "producers and brokers allow for a body before compression.",
+        DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+        unit="bytes",
     )
     post_subscription_when_pull: bool = _option(
         OptionType.BOOL,

@@ -36,6 +36,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "ServiceState",
+    "SkippedRecord",
     "SubscriptionData",
     "TopicRouteData",
     "build_subscription",
@@ -212,8 +213,21 @@ def build_subscription(
 
 
 @attrs.frozen
+class SkippedRecord:
+    """A record of a pull body that could not be decoded, skipped rather than retried."""
+
+    queue_offset: int
+    reason: str
+
+
+@attrs.frozen
 class PullResult:
-    """A decoded PULL_MESSAGE response (PullResultExt)."""
+    """A decoded PULL_MESSAGE response (PullResultExt).
+
+    ``skipped`` lists the records left out of ``messages`` because they could not
+    be decoded (only when the request asked for ``skip_bad_records``);
+    ``next_begin_offset`` then already steps past them.
+    """
 
     status: PullStatus
     next_begin_offset: int
@@ -221,6 +235,7 @@ class PullResult:
     max_offset: int
     messages: tuple[MessageExt, ...] = ()
     suggest_which_broker_id: int = MASTER_ID
+    skipped: tuple[SkippedRecord, ...] = ()
 
 
 @attrs.frozen

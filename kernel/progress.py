@@ -68,6 +68,8 @@ class TopicCounters:
     pull_tps: float
     consume_ok_tps: float
     consume_failed_tps: float
+    # Records skipped because they could not be decoded (issue 19: never a stall).
+    skipped_records: int = 0
 
 
 @attrs.frozen
@@ -147,6 +149,7 @@ def snapshot(
             pull_tps=float(s.pull_tps.rate()),
             consume_ok_tps=float(s.consume_ok.rate()),
             consume_failed_tps=float(s.consume_failed.rate()),
+            skipped_records=int(s.skipped_records_total),
         )
         for topic, s in sorted(consumer.stats.topics.items())
     )

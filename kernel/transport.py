@@ -36,6 +36,7 @@ def _sub_tuple(values: Iterable[SubscriptionData]) -> tuple[SubscriptionData, ..
 
 
 __all__ = [
+    "DEFAULT_MAX_DECOMPRESSED_BODY_SIZE",
     "ConsumeMessageDirectlyResult",
     "ConsumerData",
     "HeartbeatData",
@@ -77,6 +78,13 @@ class TransportConfig:
     options: Mapping[str, Any] = attrs.field(factory=dict)
 
 
+# Java's producer refuses an uncompressed body over its maxMessageSize (4 MiB by
+# default, Validators.checkMessage) before compressing it, and the broker stores at
+# most its own maxMessageSize (4 MiB): 64 MiB leaves 16 times that for clusters that
+# raised both limits, while bounding what one hostile record costs a consumer.
+DEFAULT_MAX_DECOMPRESSED_BODY_SIZE = 64 * 1024 * 1024
+
+
 @attrs.frozen
 class PullMessageRequest:
     """PullMessageRequestHeader."""
@@ -94,6 +102,11 @@ class PullMessageRequest:
     expression_type: str = "TAG"
     # Sent as ``bname`` (4.9's RpcRequestHeader); also names the broker of pulled messages.
     broker_name: str = ""
+    # Not sent: how the transport decodes the answer. A compressed body inflating
+    # past ``max_body_size`` is a bad record. With ``skip_bad_records`` a bad record
+    # is left out and listed in PullResult.skipped; without, it fails the whole pull.
+    max_body_size: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE
+    skip_bad_records: bool = False
 
 
 @attrs.frozen

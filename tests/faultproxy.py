@@ -17,6 +17,7 @@ chunks, so it can count and answer requests::
 
     proxy.request_count(RequestCode.SEND_MESSAGE_V2)   # requests seen going upstream
     proxy.answer(RequestCode.SEND_MESSAGE_V2, 13, "why")  # the proxy replies; never forwarded
+    proxy.answer(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, body=b"{...}")  # with a body
     proxy.forward(RequestCode.SEND_MESSAGE_V2)         # forward that code again
 
 Faults act on live connections at once, not only on new ones. "Half-open" is the
@@ -312,7 +313,7 @@ class FaultProxy:
         self.refuse = False
         self.frames = frames
         self.requests: Counter[int] = Counter()
-        self._answers: dict[int, tuple[int, str | None, dict[str, object]]] = {}
+        self._answers: dict[int, tuple[int, str | None, dict[str, object], bytes]] = {}
         self.stats = ProxyStats()
         self._pairs: set[_Pair] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -432,11 +433,13 @@ class FaultProxy:
         response_code: int,
         remark: str | None = None,
         fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
     ) -> None:
-        """Answer requests with ``code`` here: ``response_code``, ``remark``, header ``fields``."""
+        """Answer requests with ``code`` here: ``response_code``, ``remark``, header
+        ``fields`` and ``body``."""
         if not self.frames:
             raise RuntimeError("answer() needs a proxy made with frames=True")
-        self._answers[int(code)] = (int(response_code), remark, dict(fields or {}))
+        self._answers[int(code)] = (int(response_code), remark, dict(fields or {}), body)
 
     def forward(self, code: int) -> None:
         """Forward requests with ``code`` to the server again."""
@@ -453,5 +456,5 @@ class FaultProxy:
             return None
         if command.is_oneway:
             return b""
-        response = RemotingCommand.response_to(command, rule[0], rule[1], rule[2])
+        response = RemotingCommand.response_to(command, rule[0], rule[1], rule[2], rule[3])
         return encode_frame(response, serialize_type)

@@ -364,7 +364,9 @@ async def test_local_both_files_corrupt(tmp_path: Path) -> None:
     store.path.parent.mkdir(parents=True)
     store.path.write_bytes(b"{not json")
     store.bak_path.write_bytes(b"{nor this")
-    await store.load()  # logs, starts empty
+    # Issue 19 item 5: a start is refused, as Java's load throws (it used to start empty).
+    with pytest.raises(ClientError, match="cannot be read"):
+        await store.load()
     assert store.clone_offset_table("") == {}
     assert await store.read_offset(Q0, STORE) == -1  # a local read error is -1
 

@@ -198,6 +198,8 @@ class AsyncPushConsumer(ConsumerMember):
             unit_mode=opts.unit_mode,
             lite=False,
             on_subscription_missing=self.heartbeat_now,
+            max_body_size=opts.max_decompressed_body_size,
+            stats=self.stats,
         )
         await self.consume_service.start()
         if not self.client.register_consumer(self.group, self):

@@ -5,7 +5,9 @@ control checks, the broker choice (with a route refresh when the broker is not
 known yet, and the broker's own suggestion of master or slave for the next pull),
 the request header, the mapping of failures to a delay, and the processing of a
 FOUND response: the exact-tag re-filter, the ``rmqk_filter_message`` hooks and
-the queue's offset bounds stamped on each message.
+the queue's offset bounds stamped on each message. Records the transport could
+not decode were skipped (see ``rmqk.plugins.remoting.pull_body``); each is
+logged once as an error and counted in the consumer's stats.
 
 What each consumer does with the processed messages (a process queue and a
 consume service, or a poll buffer) stays with the consumer.
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from rmqk.contexts import FilterMessageContext
 from rmqk.engine.client import ClientInstance, FindBrokerResult
 from rmqk.engine.process_queue import ProcessQueue
+from rmqk.engine.stats import ConsumerStats
 from rmqk.errors import BrokerError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import (
@@ -32,7 +35,7 @@ from rmqk.model import (
 )
 from rmqk.pluginmanager import call_event_hook, get_plugin_manager
 from rmqk.protocol import PullSysFlag, ResponseCode
-from rmqk.transport import PullMessageRequest
+from rmqk.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE, PullMessageRequest
 
 __all__ = [
     "PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL",
@@ -161,8 +164,10 @@ class PullAPI:
         "group",
         "lite",
         "log",
+        "max_body_size",
         "on_subscription_missing",
         "pull_from_which_node",
+        "stats",
         "suspend_ms",
         "timeout_ms",
         "unit_mode",
@@ -181,6 +186,8 @@ class PullAPI:
         unit_mode: bool,
         lite: bool,
         on_subscription_missing: Callable[[], None],
+        max_body_size: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
+        stats: ConsumerStats | None = None,
     ) -> None:
         self.client = client
         self.group = group
@@ -192,6 +199,8 @@ class PullAPI:
         self.unit_mode = unit_mode
         self.lite = lite
         self.on_subscription_missing = on_subscription_missing
+        self.max_body_size = max_body_size
+        self.stats = stats
         # The broker id each queue's broker suggested for its next pull.
         self.pull_from_which_node: dict[MessageQueue, int] = {}
 
@@ -243,6 +252,8 @@ class PullAPI:
             sub_version=sub_version,
             expression_type=sub.expression_type.value,
             broker_name=mq.broker_name,
+            max_body_size=self.max_body_size,
+            skip_bad_records=True,
         )
         try:
             return await self.client.transport.pull_message(
@@ -269,12 +280,29 @@ class PullAPI:
         Each message returned carries the queue's min and max offset of this pull.
         """
         self.pull_from_which_node[mq] = result.suggest_which_broker_id
+        if result.skipped:
+            self._report_skipped(mq, result)
         if result.status is not PullStatus.FOUND or not result.messages:
             return []
         msgs = await filter_pulled(self.group, mq, sub, list(result.messages), self.unit_mode)
         if msgs:
             stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
         return msgs
+
+    def _report_skipped(self, mq: MessageQueue, result: PullResult) -> None:
+        # The transport already stepped past these records: each is reported here,
+        # once, since the queue never pulls it again.
+        for record in result.skipped:
+            self.log.error(
+                "skipped a message record that cannot be decoded, group %s, %s, queue offset "
+                "%d: %s",
+                self.group,
+                mq,
+                record.queue_offset,
+                record.reason,
+            )
+        if self.stats is not None:
+            self.stats.skipped_records(mq.topic, len(result.skipped))
 
 
 async def filter_pulled(

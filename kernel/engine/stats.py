@@ -55,6 +55,8 @@ class TopicStats:
     consume_failed: _Counter = attrs.field(factory=_Counter)
     consumed_ok_total: int = 0
     consumed_failed_total: int = 0
+    # Records of pull bodies that could not be decoded (or inflated past the limit).
+    skipped_records_total: int = 0
 
 
 class ConsumerStats:
@@ -83,6 +85,9 @@ class ConsumerStats:
         t = self.topics[topic]
         t.consume_failed.add(n)
         t.consumed_failed_total += n
+
+    def skipped_records(self, topic: str, n: int) -> None:
+        self.topics[topic].skipped_records_total += n
 
     def status_table(self) -> dict[str, dict[str, float]]:
         """ConsumeStatus per topic, in the JSON shape Apache's admin tools read."""

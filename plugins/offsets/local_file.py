@@ -23,7 +23,11 @@ Safety, beyond Java's ``MixAll.string2File``:
   ``offsets.json``, so a crash leaves the old or the new file, never a torn one;
 * a valid previous ``offsets.json`` is first kept as ``offsets.json.bak``;
 * reads fall back to ``offsets.json.bak`` when the main file is missing, empty,
-  unreadable or corrupt, and a corrupt file never stops a start;
+  unreadable or corrupt;
+* a start is refused (``load`` raises ClientError naming both files and what to
+  do) when a file is unreadable or corrupt and neither holds valid offsets, as
+  Java's ``load`` throws: starting at ``consume_from_where`` would skip silently
+  every message sent since the last persist;
 * a file that cannot be parsed is never overwritten: before a write replaces or
   rotates it, it is renamed to ``offsets.json.corrupt-<ns>`` (Java would stop
   persisting for good when both files are bad; rmqk keeps the evidence and goes on);
@@ -325,7 +329,27 @@ class LocalFileOffsetStore:
                 f"{NAME} offset store of group {self.group!r}: cannot create directory "
                 f"{self.path.parent}: {exc.strerror or exc}"
             ) from exc
-        return self._read_store() or {}
+        stored = self._read_store()
+        if stored is None:
+            raise ClientError(self._refusal())
+        return stored
+
+    def _refusal(self) -> str:
+        """Why a start is refused when no offsets file can be read (Java's load throws).
+
+        Starting anyway would begin at ``consume_from_where`` (for broadcasting the
+        queue's end) and silently skip every message sent since the last persist.
+        """
+        found = [read_offset_file(path) for path in (self.path, self.bak_path)]
+        described = " and ".join(
+            f"{f.path} is {f.state.value}" + (f" ({f.reason})" if f.reason else "") for f in found
+        )
+        return (
+            f"{NAME} offset store of group {self.group!r}: the consumed offsets cannot be read: "
+            f"{described}. Starting would skip what was sent meanwhile, so the consumer does "
+            f"not start. Restore a good copy of {self.path.name} (or {self.bak_path.name}), or "
+            f"move both files aside to start from consume_from_where."
+        )
 
     def _read_store(self) -> dict[MessageQueue, int] | None:
         """The stored offsets: the main file, else the backup; None when neither can

@@ -14,6 +14,8 @@ Read from each consumer when scraped (``ConsumerStats`` and the process queues):
   (a summary: count and sum of pull round trips that found messages);
 * ``rmqk_pull_tps``, ``rmqk_consume_ok_tps``, ``rmqk_consume_failed_tps``: Java's one-minute
   rates, as Apache's admin tools show them;
+* ``rmqk_skipped_records_total{group,topic}``: pulled records that could not be decoded
+  (or inflated past ``max_decompressed_body_size``), skipped and logged once each;
 * per queue (``group,topic,broker,queue``): ``rmqk_process_queue_messages``,
   ``rmqk_process_queue_bytes``, ``rmqk_queue_committed_offset``, ``rmqk_queue_max_offset``
   and ``rmqk_queue_lag_messages`` (max offset minus committed offset);
@@ -115,6 +117,11 @@ class ConsumerCollector(Collector):
             "Round trips of pull requests that found messages.",
             labels=topic_labels,
         )
+        skipped = CounterMetricFamily(
+            "rmqk_skipped_records",
+            "Pulled records that could not be decoded, skipped.",
+            labels=topic_labels,
+        )
         pull_tps = GaugeMetricFamily(
             "rmqk_pull_tps", "Messages pulled per second over the last minute.", labels=topic_labels
         )
@@ -160,6 +167,7 @@ class ConsumerCollector(Collector):
                 labels = [p.group, t.topic]
                 pulled.add_metric(labels, t.pulled_messages)
                 pull_latency.add_metric(labels, t.pull_count, t.pull_time_ms / 1000)
+                skipped.add_metric(labels, t.skipped_records)
                 pull_tps.add_metric(labels, t.pull_tps)
                 ok_tps.add_metric(labels, t.consume_ok_tps)
                 failed_tps.add_metric(labels, t.consume_failed_tps)
@@ -174,7 +182,7 @@ class ConsumerCollector(Collector):
                     max_offset.add_metric(labels, q.max_offset)
                 if q.lag is not None:
                     lag.add_metric(labels, q.lag)
-        yield from (pulled, pull_latency, pull_tps, ok_tps, failed_tps)
+        yield from (pulled, pull_latency, skipped, pull_tps, ok_tps, failed_tps)
         yield from (cached, cached_bytes, committed, max_offset, lag, queues)
 
 

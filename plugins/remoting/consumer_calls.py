@@ -10,9 +10,10 @@ from collections.abc import Iterable
 
 from rmqk.errors import BrokerError
 from rmqk.message import MessageExt
-from rmqk.model import MessageQueue, PullResult, PullStatus, SubscriptionData
+from rmqk.model import MessageQueue, PullResult, PullStatus, SkippedRecord, SubscriptionData
 from rmqk.plugins.remoting import bodies
 from rmqk.plugins.remoting.message_codec import decode_messages
+from rmqk.plugins.remoting.pull_body import decode_pull_body
 from rmqk.plugins.remoting.replies import check_success, header_int
 from rmqk.plugins.remoting.rpc import RemotingClient
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -58,16 +59,35 @@ class ConsumerCalls(RemotingClient):
         if status is None:
             raise BrokerError(response.code, response.remark, addr)
         messages: tuple[MessageExt, ...] = ()
+        skipped: tuple[SkippedRecord, ...] = ()
+        next_begin_offset = header_int(response, "nextBeginOffset", addr)
         if status is PullStatus.FOUND and response.body:
             broker_name = request.broker_name or self.broker_name_of(addr)
-            messages = tuple(decode_messages(response.body, broker_name))
+            if request.skip_bad_records:
+                decoded = decode_pull_body(
+                    response.body,
+                    broker_name,
+                    queue_id=request.queue_id,
+                    request_offset=request.queue_offset,
+                    next_begin_offset=next_begin_offset,
+                    max_body_size=request.max_body_size,
+                )
+                messages, skipped = decoded.messages, decoded.skipped
+                next_begin_offset = decoded.next_begin_offset
+            else:
+                messages = tuple(
+                    decode_messages(
+                        response.body, broker_name, max_body_size=request.max_body_size
+                    )
+                )
         return PullResult(
             status=status,
-            next_begin_offset=header_int(response, "nextBeginOffset", addr),
+            next_begin_offset=next_begin_offset,
             min_offset=header_int(response, "minOffset", addr),
             max_offset=header_int(response, "maxOffset", addr),
             messages=messages,
             suggest_which_broker_id=header_int(response, "suggestWhichBrokerId", addr),
+            skipped=skipped,
         )
 
     async def query_consumer_offset(

@@ -33,15 +33,16 @@ hosts are formatted once per distinct address, and properties stay raw text that
 from __future__ import annotations
 
 import enum
-import importlib
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from rmqk.errors import FrameError
 from rmqk.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Message, MessageExt
+from rmqk.plugins.remoting.compression import inflate, maybe_compress
 from rmqk.plugins.remoting.hosts import HOST_TEXTS, BadHost, host_bytes, host_text
+from rmqk.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE
 from rmqk.uniq_id import create_uniq_id, uniq_id_timestamp
 
 __all__ = [
@@ -60,11 +61,13 @@ __all__ = [
     "ZLIB_COMPRESSED_SYS_FLAG",
     "BatchEntry",
     "MessageSysFlag",
+    "RecordError",
     "body_crc",
     "create_uniq_id",
     "decode_batch",
     "decode_message",
     "decode_messages",
+    "decode_records_into",
     "encode_batch",
     "encode_stored_message",
     "java_properties_string",
@@ -152,64 +155,44 @@ def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-# ----------------------------------------------------------------------------- compression
-
-
-def _optional_module(name: str, package: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        raise ValueError(
-            f"body is {package.upper()}-compressed; install the optional {package!r} "
-            "package to read it"
-        ) from None
-
-
-def _inflate(body: bytes, sys_flag: int) -> bytes:
-    kind = (sys_flag & MessageSysFlag.COMPRESSION_TYPE_MASK) >> 8
-    try:
-        if kind in (0, 3):  # 0: producers older than the compression-type bits
-            return zlib.decompress(body)
-        # Java's LZ4 codec writes LZ4 frames and its ZSTD codec standard zstd frames.
-        if kind == 1:
-            return bytes(_optional_module("lz4.frame", "lz4").decompress(body))
-        if kind == 2:
-            zstd = _optional_module("zstandard", "zstandard")
-            return bytes(zstd.ZstdDecompressor().decompressobj().decompress(body))
-    except zlib.error as exc:
-        raise ValueError(f"zlib body does not inflate: {exc}") from None
-    except ValueError:
-        raise
-    except Exception as exc:  # the optional codecs raise their own error types
-        raise ValueError(f"compressed body (type {kind}) does not decompress: {exc}") from None
-    raise ValueError(f"unknown compression type {kind} in sysFlag 0x{sys_flag & 0xFFFFFFFF:X}")
-
-
-def maybe_compress(body: bytes, threshold: int = 4096) -> tuple[bytes, bool]:
-    """Deflate a body of at least ``threshold`` bytes as the Java producer does (level 5).
-
-    When the second item is True the sender must OR :data:`ZLIB_COMPRESSED_SYS_FLAG`
-    into the message's sysFlag. Like Java, the compressed body is used even when it
-    is not smaller.
-    """
-    if len(body) >= threshold:
-        return zlib.compress(body, 5), True
-    return body, False
-
-
 # ----------------------------------------------------------------------------- decode
 
 
-def _record_error(index: int, offset: int, message: str) -> FrameError:
-    return FrameError(f"malformed message record #{index} at body offset {offset}: {message}")
+class RecordError(FrameError):
+    """One malformed record: where it starts and whether the records after it can be found.
+
+    ``framed`` is True when the record's TOTALSIZE was checked against its topic,
+    body and properties lengths (only its content is bad: a body that does not
+    inflate or is too large, an unreadable host), so decoding can go on after it.
+    """
+
+    def __init__(self, index: int, offset: int, reason: str, *, framed: bool = False) -> None:
+        super().__init__(f"malformed message record #{index} at body offset {offset}: {reason}")
+        self.index = index
+        self.offset = offset
+        self.reason = reason
+        self.framed = framed
+
+
+def _record_error(index: int, offset: int, message: str) -> RecordError:
+    return RecordError(index, offset, message)
 
 
 def _decode_records(
-    buf: bytes, off: int, end: int, broker_name: str, decompress: bool, origin: int = 0
+    buf: bytes,
+    off: int,
+    end: int,
+    broker_name: str,
+    decompress: bool,
+    origin: int = 0,
+    max_body: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
+    out: list[MessageExt] | None = None,
 ) -> list[MessageExt]:
-    """Decode the records in ``buf[off:end]``; the one decoder behind both APIs.
+    """Decode the records in ``buf[off:end]``; the one decoder behind every API.
 
     ``origin`` is added to offsets in error messages when ``buf`` is a copied part.
+    Records are appended to ``out`` (a new list by default), so a caller that
+    catches a :class:`RecordError` keeps the records decoded before it.
 
     Everything is inlined in one loop, checks are folded so that a record is
     validated with few comparisons (a non-negative properties length that ends
@@ -218,7 +201,8 @@ def _decode_records(
     rest of the decode. tests/test_message_codec.py checks the result against the
     public constructor.
     """
-    out: list[MessageExt] = []
+    if out is None:
+        out = []
     append = out.append
     new = object.__new__
     ext = MessageExt
@@ -302,9 +286,9 @@ def _decode_records(
                 )
             if sys_flag & 0x1 and decompress:
                 try:
-                    body = _inflate(body, sys_flag)
+                    body = inflate(body, sys_flag, max_body)
                 except ValueError as exc:
-                    raise _record_error(len(out), origin + off, str(exc)) from None
+                    raise RecordError(len(out), origin + off, str(exc), framed=True) from None
             m = new(ext)
             m.store_size = total
             m.body_crc = crc
@@ -336,7 +320,8 @@ def _decode_records(
             append(m)
             off = stop
     except BadHost as exc:
-        raise _record_error(len(out), origin + off, str(exc)) from None
+        # Hosts are read after the lengths were checked: the next record is known.
+        raise RecordError(len(out), origin + off, str(exc), framed=True) from None
     except (struct.error, IndexError):
         # A read past the end of the buffer: the record is cut short.
         raise _record_error(
@@ -375,17 +360,32 @@ def decode_message(
 
 
 def decode_messages(
-    body: bytes | bytearray | memoryview, broker_name: str = "", *, decompress: bool = True
+    body: bytes | bytearray | memoryview,
+    broker_name: str = "",
+    *,
+    decompress: bool = True,
+    max_body_size: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
 ) -> list[MessageExt]:
     """Every record of a PULL_MESSAGE body, in order, stepping by TOTALSIZE.
 
     Bodies are inflated when the record's sysFlag says so (zlib always; LZ4 and
     ZSTD when their optional packages are installed) unless ``decompress`` is
-    False. A malformed record raises :class:`~rmqk.errors.FrameError` naming the
-    record's index and offset.
+    False; one that would inflate past ``max_body_size`` bytes is malformed. A
+    malformed record raises :class:`RecordError` (a
+    :class:`~rmqk.errors.FrameError`) naming the record's index and offset.
     """
     data = body if isinstance(body, bytes) else bytes(body)
-    return _decode_records(data, 0, len(data), broker_name, decompress)
+    return _decode_records(data, 0, len(data), broker_name, decompress, 0, max_body_size)
+
+
+def decode_records_into(
+    out: list[MessageExt], body: bytes, offset: int, broker_name: str, max_body_size: int
+) -> None:
+    """Append the records of ``body[offset:]`` to ``out``, inflating their bodies.
+
+    On a :class:`RecordError`, ``out`` holds the records before the bad one.
+    """
+    _decode_records(body, offset, len(body), broker_name, True, 0, max_body_size, out)
 
 
 def record_total_size(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:

@@ -3,7 +3,9 @@
 Requests stick to one name server until it fails; then the next one in the
 (shuffled) list is tried, each at most once per call, as Java's
 ``NettyRemotingClient`` does. Routes fetched here also teach the client which
-broker name each broker address has (the messages of a pull carry it).
+broker name each broker address has (the messages of a pull carry it), and are
+bounded first (:mod:`~rmqk.plugins.remoting.route_bounds`): what is refused is
+logged once per topic and refused content, not at every refresh.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from rmqk.errors import BrokerError, RemotingConnectError, RemotingError
 from rmqk.model import TopicRouteData
 from rmqk.plugins.remoting.namesrv import decode_topic_route
+from rmqk.plugins.remoting.route_bounds import MAX_ROUTE_QUEUES, BoundedRoute, bound_route
 from rmqk.plugins.remoting.rpc import RemotingClient
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 from rmqk.transport import TransportConfig
@@ -33,6 +36,8 @@ class NameServerCalls(RemotingClient):
         self._namesrv_chosen: str | None = None
         # Name servers that failed, with their error: said once, and again on a change.
         self._namesrv_down: dict[str, str] = {}
+        # Per topic, what was last refused of its route: reported once, not per refresh.
+        self._refused: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self.update_namesrv_addrs(config.namesrv_addrs)
 
     @property
@@ -119,8 +124,30 @@ class NameServerCalls(RemotingClient):
             return None
         if response.code != ResponseCode.SUCCESS or not response.body:
             raise BrokerError(response.code, response.remark, addr)
-        route = decode_topic_route(response.body)
+        bounded = bound_route(decode_topic_route(response.body))
+        self._report_refused(topic, bounded)
+        route = bounded.route
         for broker in route.broker_datas:
             for broker_addr in broker.broker_addrs.values():
                 self._broker_names[broker_addr] = broker.broker_name
         return route
+
+    def _report_refused(self, topic: str, bounded: BoundedRoute) -> None:
+        refused = tuple(
+            (q.broker_name, q.read_queue_nums, q.write_queue_nums) for q in bounded.refused
+        )
+        if not refused:
+            self._refused.pop(topic, None)
+            return
+        if self._refused.get(topic) == refused:
+            return
+        self._refused[topic] = refused
+        described = ", ".join(f"{name} ({r} read, {w} write)" for name, r, w in refused)
+        log.error(
+            "route of topic %s: refused the queues of %s: a route may hold at most %d queues "
+            "in all; the topic is used without them. Fix the topic's queue numbers on those "
+            "brokers (updateTopic -r/-w)",
+            topic,
+            described,
+            MAX_ROUTE_QUEUES,
+        )

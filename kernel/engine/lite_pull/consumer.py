@@ -210,6 +210,7 @@ class AsyncLitePullConsumer(ConsumerMember):
             unit_mode=opts.unit_mode,
             lite=True,
             on_subscription_missing=self.heartbeat_now,
+            max_body_size=opts.max_decompressed_body_size,
         )
         flow = FlowControl(
             log,
