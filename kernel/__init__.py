@@ -34,6 +34,10 @@ _LAZY = {
     "LitePullConsumer": "rmqk.engine.sync",
     "AsyncLitePullConsumer": "rmqk.engine.lite_pull",
     "AsyncProducer": "rmqk.engine.producer",
+    "TransactionProducer": "rmqk.engine.sync",
+    "AsyncTransactionProducer": "rmqk.engine.transaction",
+    "LocalTransactionState": "rmqk.engine.transaction",
+    "TransactionSendResult": "rmqk.engine.transaction",
 }
 
 
@@ -50,6 +54,7 @@ __all__ = [
     "AsyncLitePullConsumer",
     "AsyncProducer",
     "AsyncPushConsumer",
+    "AsyncTransactionProducer",
     "BrokerError",
     "ClientError",
     "ConfigError",
@@ -57,6 +62,7 @@ __all__ = [
     "ConsumeOrderlyStatus",
     "ConsumeStatus",
     "LitePullConsumer",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageModel",
@@ -69,6 +75,8 @@ __all__ = [
     "RemotingError",
     "RmqkError",
     "SubscriptionData",
+    "TransactionProducer",
+    "TransactionSendResult",
     "__version__",
     "hookimpl",
 ]

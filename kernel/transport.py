@@ -36,6 +36,7 @@ def _sub_tuple(values: Iterable[SubscriptionData]) -> tuple[SubscriptionData, ..
 
 
 __all__ = [
+    "CheckTransactionStateRequest",
     "DEFAULT_MAX_DECOMPRESSED_BODY_SIZE",
     "ConsumeMessageDirectlyResult",
     "ConsumerData",
@@ -167,6 +168,18 @@ class ConsumeMessageDirectlyResult:
     spent_time_mills: int
 
 
+@attrs.frozen
+class CheckTransactionStateRequest:
+    """CheckTransactionStateRequestHeader: which half message a broker asks about."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+    broker_name: str | None = None
+
+
 class InboundHandler(Protocol):
     """The engine's side of broker-pushed requests (ClientRemotingProcessor).
 
@@ -188,6 +201,12 @@ class InboundHandler(Protocol):
     async def consume_message_directly(
         self, group: str, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult: ...
+
+    async def check_transaction_state(
+        self, addr: str, header: CheckTransactionStateRequest, msg: MessageExt
+    ) -> None:
+        """CHECK_TRANSACTION_STATE from the broker at ``addr``; answered by END_TRANSACTION."""
+        ...
 
 
 class Transport(Protocol):

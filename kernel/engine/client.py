@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import attrs
 
 from rmqk.errors import ClientError, RemotingError, RmqkError
-from rmqk.message import MessageExt
+from rmqk.message import MessageExt, MessageProperty
 from rmqk.model import (
     MASTER_ID,
     MessageQueue,
@@ -32,6 +32,7 @@ from rmqk.model import (
 )
 from rmqk.pluginmanager import get_plugin_manager, registries
 from rmqk.transport import (
+    CheckTransactionStateRequest,
     ConsumeMessageDirectlyResult,
     ConsumerData,
     HeartbeatData,
@@ -537,6 +538,22 @@ class ClientInstance:
         if consumer is None:
             raise LookupError("The Consumer Group not exist in this consumer")
         return await consumer.consume_message_directly(msg, broker_name)
+
+    async def check_transaction_state(
+        self, addr: str, header: CheckTransactionStateRequest, msg: MessageExt
+    ) -> None:
+        # ClientRemotingProcessor.checkTransactionState: the producer group is the
+        # half message's PGROUP property; only a transactional producer can answer.
+        group = msg.properties.get(MessageProperty.PRODUCER_GROUP)
+        if group is None:
+            log.warning("checkTransactionState, pick producer group failed")
+            return
+        producer = self.producers.get(group)
+        answer = getattr(producer, "check_transaction_state", None)
+        if answer is None:
+            log.debug("checkTransactionState, pick producer by group[%s] failed", group)
+            return
+        answer(addr, msg, header)
 
 
 def _same_route(a: TopicRouteData, b: TopicRouteData) -> bool:

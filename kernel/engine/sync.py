@@ -20,10 +20,16 @@ from typing import Any, TypeVar
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer, RebalanceListener
 from rmqk.engine.producer import AsyncProducer, QueueSelector
+from rmqk.engine.transaction import (
+    AsyncTransactionProducer,
+    LocalTransactionState,
+    TransactionSendResult,
+    run_local_transaction,
+)
 from rmqk.message import Message, MessageExt
-from rmqk.model import MessageQueue, SendResult
+from rmqk.model import MessageQueue, SendResult, SendStatus
 
-__all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run_in_loop"]
+__all__ = ["LitePullConsumer", "Producer", "PushConsumer", "TransactionProducer", "run_in_loop"]
 
 log = logging.getLogger("rmqk.engine.sync")
 
@@ -297,6 +303,29 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+class TransactionProducer(Producer):
+    """The blocking transactional producer; see
+    :class:`rmqk.engine.transaction.AsyncTransactionProducer`. The local transaction
+    runs in the thread that calls :meth:`send_message_in_transaction`, as in Java."""
+
+    def __init__(self, group: str, **options: Any) -> None:
+        self._inner: AsyncTransactionProducer = AsyncTransactionProducer(group, **options)
+        _live.add(self)
+
+    @property
+    def inner(self) -> AsyncTransactionProducer:
+        return self._inner
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
+        inner = self._inner
+        result = run_in_loop(inner.send_half_message(msg))
+        state, error = LocalTransactionState.UNKNOW, None
+        if result.status is SendStatus.SEND_OK:
+            listener = inner.require_execute_listener()
+            state, error = run_local_transaction(listener, msg, arg, run_in_loop)
+        return run_in_loop(inner.end_transaction(msg, result, state, error))
 
 
 _live: set[Any] = set()

@@ -82,6 +82,13 @@ class EmbeddedBroker:
     (10 s), ``disk_space_clean_forcibly_ratio`` (0.85) and
     ``disk_space_warning_level_ratio`` (0.90, above which puts are refused as
     disk full); see ``rmqk.plugins.broker.store.retention``.
+
+    Transactional (half) messages are kept and checked as BrokerConfig does, in
+    seconds: ``transaction_timeout`` (6, transactionTimeOut: how old a half message
+    must be before its producers are asked), ``transaction_check_max`` (15, checks
+    before it is discarded to TRANS_CHECK_MAX_TIME_TOPIC) and
+    ``transaction_check_interval`` (60); ``reject_transaction_message`` refuses half
+    messages instead. See ``rmqk.plugins.broker.transaction_check``.
     """
 
     def __init__(
@@ -114,8 +121,23 @@ class EmbeddedBroker:
         clean_resource_interval: float = 10.0,
         disk_space_clean_forcibly_ratio: float = 0.85,
         disk_space_warning_level_ratio: float = 0.90,
+        transaction_timeout: float = 6.0,
+        transaction_check_max: int = 15,
+        transaction_check_interval: float = 60.0,
+        reject_transaction_message: bool = False,
     ) -> None:
         from rmqk.plugins.broker.store.retention import RetentionPolicy
+        from rmqk.plugins.broker.transaction_check import TransactionSettings
+
+        try:
+            self.transaction = TransactionSettings(
+                transaction_timeout=transaction_timeout,
+                transaction_check_max=transaction_check_max,
+                transaction_check_interval=transaction_check_interval,
+            )
+        except ValueError as exc:
+            raise RmqkError(str(exc)) from None
+        self.reject_transaction_message = reject_transaction_message
 
         if flush not in ("async", "sync"):
             raise RmqkError(f"flush must be 'async' or 'sync', got {flush!r}")
@@ -238,6 +260,7 @@ class EmbeddedBroker:
                 max_message_size=self.max_message_size,
                 notify_consumer_ids_changed=self.notify_consumer_ids_changed,
                 enable_property_filter=self.enable_property_filter,
+                reject_transaction_message=self.reject_transaction_message,
             )
             system = self._ensure_system_topics()
             self.processors = BrokerProcessors(
@@ -248,6 +271,8 @@ class EmbeddedBroker:
                 lock_expiry=self.lock_expiry,
                 channel_expiry=self.channel_expiry,
                 hold_check_interval=self.hold_check_interval,
+                transaction=self.transaction,
+                file_reserved_hours=self.retention.file_reserved_time,
             )
             self._broker_server.on_connection_closed(self.processors.connection_closed)
             self.store.add_listener(self.processors.on_message_arrived)

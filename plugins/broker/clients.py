@@ -221,6 +221,7 @@ class ClientManager:
         self.channel_expiry = channel_expiry
         self.consumers: dict[str, ConsumerGroupInfo] = {}
         self.producers: dict[str, dict[Any, ClientChannelInfo]] = {}
+        self._producer_rr = 0
 
     # -- consumers ---------------------------------------------------------------
 
@@ -280,6 +281,29 @@ class ClientManager:
         table.pop(channel, None)
         if not table:
             del self.producers[group]
+
+    def available_producer_channel(self, group: str | None) -> Any:
+        """ProducerManager.getAvailableChannel: a live connection of the group, round robin.
+
+        A connection that is open and not write-paused wins; failing that, the last
+        open one seen; None when the group has none (the check is then skipped).
+        """
+        table = self.producers.get(group) if group is not None else None
+        if not table:
+            log.warning("Check transaction failed, channel table is empty. groupId=%s", group)
+            return None
+        channels = list(table)
+        self._producer_rr += 1
+        start = self._producer_rr % len(channels)
+        last_open = None
+        for step in range(len(channels)):
+            channel = channels[(start + step) % len(channels)]
+            if getattr(channel, "closed", False):
+                continue
+            if not getattr(channel, "_write_paused", False):
+                return channel
+            last_open = channel
+        return last_open
 
     # -- channel events ----------------------------------------------------------
 

@@ -25,7 +25,7 @@ from rmqk.plugins.remoting.connection import Connection
 from rmqk.plugins.remoting.frame import SerializeType
 from rmqk.plugins.remoting.message_codec import decode_messages
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import InboundHandler
+from rmqk.transport import CheckTransactionStateRequest, InboundHandler
 
 __all__ = ["RequestHooks", "exception_simple_desc", "serve"]
 
@@ -45,7 +45,10 @@ class RequestHooks(Protocol):
     ) -> None: ...
 
 
-InboundFn = Callable[[InboundHandler, RemotingCommand], Awaitable[RemotingCommand | None]]
+# Each takes the handler, the request and the address of the broker that sent it.
+InboundFn = Callable[
+    [InboundHandler, RemotingCommand, str], Awaitable[RemotingCommand | None]
+]
 
 
 def exception_simple_desc(exc: BaseException) -> str:
@@ -77,7 +80,7 @@ async def serve(
     else:
         try:
             hooks.before_request(conn.addr, cmd)
-            response = await fn(handler, cmd)
+            response = await fn(handler, cmd, conn.addr)
             hooks.after_response(conn.addr, cmd, response)
         except NotImplementedError:
             response = _not_supported(cmd)
@@ -105,27 +108,29 @@ def _group_missing(cmd: RemotingCommand, group: str) -> RemotingCommand:
 
 
 async def _notify_consumer_ids_changed(
-    handler: InboundHandler, cmd: RemotingCommand
+    handler: InboundHandler, cmd: RemotingCommand, _addr: str
 ) -> RemotingCommand | None:
     await handler.notify_consumer_ids_changed(cmd.field("consumerGroup") or "")
     return None
 
 
-async def _reset_offset(handler: InboundHandler, cmd: RemotingCommand) -> RemotingCommand | None:
+async def _reset_offset(
+    handler: InboundHandler, cmd: RemotingCommand, _addr: str
+) -> RemotingCommand | None:
     offsets = bodies.decode_reset_offset(cmd.body) if cmd.body else {}
     await handler.reset_offset(cmd.field("topic") or "", cmd.field("group") or "", offsets)
     return None
 
 
 async def _get_consumer_status(
-    handler: InboundHandler, cmd: RemotingCommand
+    handler: InboundHandler, cmd: RemotingCommand, _addr: str
 ) -> RemotingCommand | None:
     offsets = await handler.get_consumer_status(cmd.field("topic") or "", cmd.field("group") or "")
     return RemotingCommand.response_to(cmd, body=bodies.encode_consumer_status(offsets))
 
 
 async def _get_consumer_running_info(
-    handler: InboundHandler, cmd: RemotingCommand
+    handler: InboundHandler, cmd: RemotingCommand, _addr: str
 ) -> RemotingCommand | None:
     group = cmd.field("consumerGroup") or ""
     jstack = (cmd.field("jstackEnable") or "false").lower() == "true"
@@ -139,7 +144,7 @@ async def _get_consumer_running_info(
 
 
 async def _consume_message_directly(
-    handler: InboundHandler, cmd: RemotingCommand
+    handler: InboundHandler, cmd: RemotingCommand, _addr: str
 ) -> RemotingCommand | None:
     group = cmd.field("consumerGroup") or ""
     broker_name = cmd.field("brokerName")
@@ -159,10 +164,32 @@ async def _consume_message_directly(
     )
 
 
+async def _check_transaction_state(
+    handler: InboundHandler, cmd: RemotingCommand, addr: str
+) -> RemotingCommand | None:
+    # Java's ClientRemotingProcessor answers nothing (the broker sent it oneway); the
+    # producer's verdict goes back as an END_TRANSACTION on this same connection.
+    header = CheckTransactionStateRequest(
+        tran_state_table_offset=cmd.int_field("tranStateTableOffset"),
+        commit_log_offset=cmd.int_field("commitLogOffset"),
+        msg_id=cmd.field("msgId"),
+        transaction_id=cmd.field("transactionId"),
+        offset_msg_id=cmd.field("offsetMsgId"),
+        broker_name=cmd.field("bname"),
+    )
+    messages = decode_messages(cmd.body, header.broker_name or "") if cmd.body else []
+    if not messages:
+        log.warning("checkTransactionState from %s, decode message failed", addr)
+        return None
+    await handler.check_transaction_state(addr, header, messages[0])
+    return None
+
+
 _INBOUND: dict[int, InboundFn] = {
     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _notify_consumer_ids_changed,
     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _reset_offset,
     RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT: _get_consumer_status,
     RequestCode.GET_CONSUMER_RUNNING_INFO: _get_consumer_running_info,
     RequestCode.CONSUME_MESSAGE_DIRECTLY: _consume_message_directly,
+    RequestCode.CHECK_TRANSACTION_STATE: _check_transaction_state,
 }

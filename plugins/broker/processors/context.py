@@ -45,6 +45,8 @@ class BrokerSettings:
     call_client_timeout: float = 10.0
     # BrokerConfig.enablePropertyFilter: SQL92 subscriptions are refused unless on.
     enable_property_filter: bool = False
+    # BrokerConfig.rejectTransactionMessage: refuse half messages (NO_PERMISSION).
+    reject_transaction_message: bool = False
 
 
 class BrokerContext:

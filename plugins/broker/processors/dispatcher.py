@@ -24,6 +24,8 @@ from rmqk.plugins.broker.processors.end_transaction import (
 from rmqk.plugins.broker.processors.pull import PullMessageProcessor
 from rmqk.plugins.broker.processors.query_message import QueryMessageProcessor
 from rmqk.plugins.broker.processors.send import SendMessageProcessor
+from rmqk.plugins.broker.transaction_check import TransactionCheckService, TransactionSettings
+from rmqk.plugins.broker.transactions import TransactionalMessageBridge
 from rmqk.protocol import RemotingCommand, RequestCode
 
 __all__ = ["BrokerProcessors", "Handler"]
@@ -47,6 +49,8 @@ class BrokerProcessors:
         lock_expiry: float = 60.0,
         channel_expiry: float = 120.0,
         hold_check_interval: float = 5.0,
+        transaction: TransactionSettings | None = None,
+        file_reserved_hours: float = 72.0,
     ) -> None:
         self.context = BrokerContext(
             settings,
@@ -57,12 +61,16 @@ class BrokerProcessors:
             channel_expiry=channel_expiry,
         )
         ctx = self.context
-        send = SendMessageProcessor(ctx)
+        self.transactions = TransactionalMessageBridge(ctx)
+        self.transaction_check = TransactionCheckService(
+            self.transactions, ctx.clients, transaction or TransactionSettings(), file_reserved_hours
+        )
+        send = SendMessageProcessor(ctx, self.transactions)
         self.pull = PullMessageProcessor(ctx, hold_check_interval=hold_check_interval)
         query = QueryMessageProcessor(ctx)
         client = ClientManageProcessor(ctx)
         consumer = ConsumerManageProcessor(ctx)
-        transaction = EndTransactionProcessor()
+        transaction = EndTransactionProcessor(ctx, self.transactions)
         admin = AdminBrokerProcessor(ctx)
         self._handlers: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: send.send_message,
@@ -116,8 +124,10 @@ class BrokerProcessors:
 
     async def start(self) -> None:
         await self.holds.start()
+        await self.transaction_check.start()
 
     async def stop(self) -> None:
+        await self.transaction_check.stop()
         await self.holds.stop()
         await self.context.cancel_tasks()
 

@@ -30,6 +30,7 @@ from rmqk.plugins.broker.processors.topics import (
     validate_topic,
 )
 from rmqk.plugins.broker.store.topics import TopicConfig
+from rmqk.plugins.broker.transactions import TransactionalMessageBridge, is_half_message
 from rmqk.plugins.remoting.message_codec import (
     decode_batch,
     decode_message,
@@ -135,8 +136,11 @@ def _decode_send_header(get: Callable[[str], str | None], names: tuple[str, ...]
 class SendMessageProcessor(Processor):
     """Stores what producers send and what consumers send back for a retry."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(
+        self, ctx: BrokerContext, transactions: TransactionalMessageBridge | None = None
+    ) -> None:
         super().__init__(ctx)
+        self.transactions = transactions
         # What every send response carries, stringified once.
         self._send_fields: dict[str, str] = {
             "MSG_REGION": ctx.settings.region_id,
@@ -239,7 +243,14 @@ class SendMessageProcessor(Processor):
         ):
             topic, queue_id = self._dead_letter_queue(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
         props = parse_properties(header.properties)
-        if refuse_half_message(props, self.ctx.broker_ip(), response):
+        # A send-back of an old client (before 4.6.1) still carries TRAN_MSG; Apache
+        # stores it as an ordinary message, as here.
+        half = is_half_message(props) and not (
+            reconsume_times > 0 and _int_or_zero(props.get("DELAY", "0")) > 0
+        )
+        if half and (
+            self.transactions is None or self.ctx.settings.reject_transaction_message
+        ) and refuse_half_message(props, self.ctx.broker_ip(), response):
             return response
         props[MessageProperty.CLUSTER] = self.ctx.settings.cluster
         # Apache drops WAIT from what it stores (it only steers the flush wait).
@@ -253,6 +264,19 @@ class SendMessageProcessor(Processor):
             response.code = ResponseCode.MESSAGE_ILLEGAL
             response.remark = self._illegal_message_remark()
             return response
+        if half and self.transactions is not None:
+            result = self.transactions.put_half_message(
+                topic=topic,
+                queue_id=queue_id,
+                body=body,
+                flag=_require(header.flag),
+                props=props,
+                sys_flag=_with_multi_tags(_require(header.sys_flag), cfg),
+                born_timestamp=_require(header.born_timestamp),
+                born_host=conn.remote_addr,
+                reconsume_times=reconsume_times,
+            )
+            return self._put_response(response, result, queue_id)
         result = self.ctx.store.put_message(
             topic=topic,
             queue_id=queue_id,
