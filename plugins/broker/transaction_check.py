@@ -14,6 +14,7 @@ of these decisions are Apache 4.9.8's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -61,8 +62,7 @@ class TransactionSettings:
             )
         if self.transaction_check_interval <= 0:
             raise ValueError(
-                "transaction_check_interval must be > 0, "
-                f"got {self.transaction_check_interval}"
+                f"transaction_check_interval must be > 0, got {self.transaction_check_interval}"
             )
 
 
@@ -105,10 +105,8 @@ class TransactionCheckService:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
 
     async def _run(self) -> None:
         log.info("Start transaction check service")
@@ -173,9 +171,7 @@ class TransactionCheckService:
                 if immunity_text is not None:
                     immunity = _long(immunity_text)
                     immunity = timeout if immunity == -1 else immunity * 1000
-                    if age < immunity and self._check_prepare_queue_offset(
-                        removed, done_op, msg
-                    ):
+                    if age < immunity and self._check_prepare_queue_offset(removed, done_op, msg):
                         i += 1
                         new_offset = i
                         continue

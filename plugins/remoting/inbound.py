@@ -46,9 +46,7 @@ class RequestHooks(Protocol):
 
 
 # Each takes the handler, the request and the address of the broker that sent it.
-InboundFn = Callable[
-    [InboundHandler, RemotingCommand, str], Awaitable[RemotingCommand | None]
-]
+InboundFn = Callable[[InboundHandler, RemotingCommand, str], Awaitable[RemotingCommand | None]]
 
 
 def exception_simple_desc(exc: BaseException) -> str:

@@ -63,14 +63,17 @@ class BrokerProcessors:
         ctx = self.context
         self.transactions = TransactionalMessageBridge(ctx)
         self.transaction_check = TransactionCheckService(
-            self.transactions, ctx.clients, transaction or TransactionSettings(), file_reserved_hours
+            self.transactions,
+            ctx.clients,
+            transaction or TransactionSettings(),
+            file_reserved_hours,
         )
         send = SendMessageProcessor(ctx, self.transactions)
         self.pull = PullMessageProcessor(ctx, hold_check_interval=hold_check_interval)
         query = QueryMessageProcessor(ctx)
         client = ClientManageProcessor(ctx)
         consumer = ConsumerManageProcessor(ctx)
-        transaction = EndTransactionProcessor(ctx, self.transactions)
+        end_transaction = EndTransactionProcessor(ctx, self.transactions)
         admin = AdminBrokerProcessor(ctx)
         self._handlers: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: send.send_message,
@@ -85,7 +88,7 @@ class BrokerProcessors:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
             RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
-            RequestCode.END_TRANSACTION: transaction.end_transaction,
+            RequestCode.END_TRANSACTION: end_transaction.end_transaction,
             RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
             RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,

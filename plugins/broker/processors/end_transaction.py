@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 
 from rmqk.message import MessageExt, MessageProperty
-from rmqk.plugins.broker.commands import Headers, HeaderError, make_response
+from rmqk.plugins.broker.commands import HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
 from rmqk.plugins.broker.store.results import PutResult

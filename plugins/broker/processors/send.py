@@ -248,9 +248,11 @@ class SendMessageProcessor(Processor):
         half = is_half_message(props) and not (
             reconsume_times > 0 and _int_or_zero(props.get("DELAY", "0")) > 0
         )
-        if half and (
-            self.transactions is None or self.ctx.settings.reject_transaction_message
-        ) and refuse_half_message(props, self.ctx.broker_ip(), response):
+        if (
+            half
+            and (self.transactions is None or self.ctx.settings.reject_transaction_message)
+            and refuse_half_message(props, self.ctx.broker_ip(), response)
+        ):
             return response
         props[MessageProperty.CLUSTER] = self.ctx.settings.cluster
         # Apache drops WAIT from what it stores (it only steers the flush wait).
