@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -339,3 +340,32 @@ async def test_reject_transaction_message_refuses_half_messages(broker_factory: 
     ) as producer:
         with pytest.raises(ClientError, match="sending transaction message is forbidden"):
             await producer.send_message_in_transaction(Message("TxRefused", b"no"))
+
+
+_DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _transaction_example(page: str) -> str:
+    blocks = re.findall(r"^```python\n(.*?)^```", (_DOCS / page).read_text(), re.M | re.S)
+    found = [b for b in blocks if "transaction" in b]
+    assert len(found) == 1, f"{page} should hold one transactions example"
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    ("page", "expected"),
+    [
+        ("concepts.md", "COMMIT_MESSAGE"),
+        ("operations.md", "transactions checked every 10.0 s"),
+        ("migration-from-java.md", "ROLLBACK_MESSAGE"),
+    ],
+)
+def test_docs_examples_run(broker_thread: Any, tmp_path: Path, page: str, expected: str) -> None:
+    code = _transaction_example(page).replace("127.0.0.1:9876", broker_thread.namesrv_addr)
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout

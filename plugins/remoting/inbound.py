@@ -167,6 +167,8 @@ async def _check_transaction_state(
 ) -> RemotingCommand | None:
     # Java's ClientRemotingProcessor answers nothing (the broker sent it oneway); the
     # producer's verdict goes back as an END_TRANSACTION on this same connection.
+    if getattr(handler, "check_transaction_state", None) is None:
+        raise NotImplementedError  # an engine without producers: answered not supported
     header = CheckTransactionStateRequest(
         tran_state_table_offset=cmd.int_field("tranStateTableOffset"),
         commit_log_offset=cmd.int_field("commitLogOffset"),
