@@ -36,8 +36,8 @@ def _sub_tuple(values: Iterable[SubscriptionData]) -> tuple[SubscriptionData, ..
 
 
 __all__ = [
-    "CheckTransactionStateRequest",
     "DEFAULT_MAX_DECOMPRESSED_BODY_SIZE",
+    "CheckTransactionStateRequest",
     "ConsumeMessageDirectlyResult",
     "ConsumerData",
     "HeartbeatData",

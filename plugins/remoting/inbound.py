@@ -162,6 +162,14 @@ async def _consume_message_directly(
     )
 
 
+def _required_long(cmd: RemotingCommand, name: str) -> int:
+    """A @CFNotNull Long of a request header; a missing one fails the request, as in Java."""
+    value = cmd.field(name)
+    if value is None:
+        raise ValueError(f"the request has no {name}")
+    return int(value)
+
+
 async def _check_transaction_state(
     handler: InboundHandler, cmd: RemotingCommand, addr: str
 ) -> RemotingCommand | None:
@@ -170,8 +178,8 @@ async def _check_transaction_state(
     if getattr(handler, "check_transaction_state", None) is None:
         raise NotImplementedError  # an engine without producers: answered not supported
     header = CheckTransactionStateRequest(
-        tran_state_table_offset=cmd.int_field("tranStateTableOffset"),
-        commit_log_offset=cmd.int_field("commitLogOffset"),
+        tran_state_table_offset=_required_long(cmd, "tranStateTableOffset"),
+        commit_log_offset=_required_long(cmd, "commitLogOffset"),
         msg_id=cmd.field("msgId"),
         transaction_id=cmd.field("transactionId"),
         offset_msg_id=cmd.field("offsetMsgId"),
