@@ -161,6 +161,23 @@ class ConsumerOptions:
         False,
         java_name="unitMode",
     )
+    enable_msg_trace: bool = _option(
+        OptionType.BOOL,
+        "Write a trace record of every consumed batch (SubBefore and SubAfter, Java's "
+        "TraceDataEncoder format) to the trace topic, with a producer of its own; done by "
+        "the trace plugin. Records that cannot be sent are dropped and counted, never "
+        "waited for.",
+        False,
+        java_name="enableMsgTrace",
+    )
+    customized_trace_topic: str | None = _option(
+        OptionType.STR,
+        "The topic trace records go to when enable_msg_trace is on.",
+        None,
+        default_text="RMQ_SYS_TRACE_TOPIC",
+        java_name="customizedTraceTopic",
+        nullable=True,
+    )
     client_callback_executor_threads: int = _option(
         OptionType.INT,
         "Threads that run response callbacks.",

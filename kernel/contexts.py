@@ -8,14 +8,23 @@ read-only :class:`ConsumerView`.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from rmqk.message import MessageExt
-from rmqk.model import MessageModel, MessageQueue, ServiceState, SubscriptionData
+from rmqk.model import MessageModel, MessageQueue, SendResult, ServiceState, SubscriptionData
 
-__all__ = ["ConsumeMessageContext", "ConsumerView", "FilterMessageContext"]
+__all__ = [
+    "ClientContext",
+    "ClientRole",
+    "ConsumeMessageContext",
+    "ConsumerView",
+    "FilterMessageContext",
+    "SendMessageContext",
+]
 
 
 @runtime_checkable
@@ -75,3 +84,59 @@ class ConsumeMessageContext:
     duration_ms: float = 0.0
     exception: BaseException | None = None
     props: dict[str, str] = attrs.field(factory=dict)
+
+
+@attrs.define
+class SendMessageContext:
+    """What ``rmqk_send_message_before``/``_after`` see around one send attempt (SendMessageHook).
+
+    One context per attempt, as Java's sendKernelImpl makes one: a retried send
+    shows each broker it tried. Names are the wire's (with the namespace);
+    ``body_length`` is the body as sent (compressed when it was). ``msg_type`` is
+    Java's MessageType name (``Normal_Msg``, ``Trans_Msg_Half``, ``Delay_Msg``).
+    ``send_result`` (None for a oneway send) or ``exception`` is filled in before
+    the ``after`` hook runs. ``props`` carries what a ``before`` implementation
+    wants its ``after`` to see.
+    """
+
+    producer_group: str
+    topic: str
+    properties: dict[str, str]
+    body_length: int
+    queue: MessageQueue
+    broker_addr: str
+    mode: str
+    msg_type: str = "Normal_Msg"
+    namespace: str | None = None
+    send_result: SendResult | None = None
+    exception: BaseException | None = None
+    props: dict[str, Any] = attrs.field(factory=dict)
+
+
+class ClientRole(enum.Enum):
+    PUSH_CONSUMER = "push_consumer"
+    LITE_PULL_CONSUMER = "lite_pull_consumer"
+    PRODUCER = "producer"
+
+
+@attrs.frozen
+class ClientContext:
+    """A consumer or producer that started or is shutting down (``rmqk_client_*`` hooks).
+
+    ``group`` is the wire group (with the namespace); ``options`` the client's
+    resolved options (:class:`rmqk.options.ConsumerOptions` for both consumers,
+    :class:`rmqk.engine.producer_options.ProducerOptions` for a producer), where a
+    plugin reads the settings it acts on (``enable_msg_trace``). ``client`` is the
+    consumer or producer itself, to tell clients apart, not to drive them. The
+    transport fields let a plugin open connections the way the client does.
+    """
+
+    role: ClientRole
+    group: str
+    namespace: str | None
+    namesrv_addrs: tuple[str, ...]
+    options: Any
+    client: object = attrs.field(eq=False, repr=False)
+    transport: str = "tcp"
+    transport_options: Mapping[str, Any] = attrs.field(factory=dict)
+    use_tls: bool = False

@@ -7,8 +7,9 @@ Two kinds of hook:
   callable; calling it adds one named implementation. They must be plain
   functions (not ``async def``). Registering a name twice is an error that names
   both plugins.
-* Event hooks are called by the engine while consumers run. The filter,
-  consume and rebalance hooks (:data:`AWAITED_HOOKS`) may be ``async def``: the
+* Event hooks are called by the engine while clients run. The filter,
+  consume, send, rebalance and client lifecycle hooks (:data:`AWAITED_HOOKS`)
+  may be ``async def``: the
   kernel awaits each implementation before the next starts, and an exception
   raised by one is logged and swallowed, as Java does. The RPC hooks are sync;
   an exception raised by one propagates and fails that request.
@@ -32,7 +33,13 @@ from typing import Any
 
 import pluggy
 
-from rmqk.contexts import ConsumeMessageContext, ConsumerView, FilterMessageContext
+from rmqk.contexts import (
+    ClientContext,
+    ConsumeMessageContext,
+    ConsumerView,
+    FilterMessageContext,
+    SendMessageContext,
+)
 from rmqk.model import MessageQueue
 from rmqk.protocol import RemotingCommand
 
@@ -51,6 +58,10 @@ AWAITED_HOOKS = frozenset(
         "rmqk_consume_message_before",
         "rmqk_consume_message_after",
         "rmqk_queues_changed",
+        "rmqk_send_message_before",
+        "rmqk_send_message_after",
+        "rmqk_client_started",
+        "rmqk_client_shutdown",
     }
 )
 
@@ -174,6 +185,53 @@ def rmqk_consume_message_after(context: ConsumeMessageContext) -> None:
     ``context.status``, ``success``, ``return_type``, ``duration_ms`` and
     ``exception`` are filled in. The return value is ignored. May be
     ``async def``. Exceptions are logged and swallowed.
+    """
+
+
+@hookspec
+def rmqk_send_message_before(context: SendMessageContext) -> None:
+    """Called before each attempt of a producer's send goes to a broker (SendMessageHook).
+
+    ``context`` names the producer group, the queue and broker address chosen,
+    the message's topic and properties and the communication mode. Called only
+    when some plugin implements a send hook, so sends pay nothing otherwise. The
+    return value is ignored. May be ``async def``. Exceptions are logged and
+    swallowed.
+    """
+
+
+@hookspec
+def rmqk_send_message_after(context: SendMessageContext) -> None:
+    """Called after each send attempt got its answer or failed (SendMessageHook).
+
+    ``context.send_result`` (None for a oneway send) or ``context.exception`` is
+    filled in; the ``context`` is the one the ``before`` hook saw. The return
+    value is ignored. May be ``async def``. Exceptions are logged and swallowed.
+    """
+
+
+@hookspec
+def rmqk_client_started(context: ClientContext) -> None:
+    """Called when a push consumer, lite pull consumer or producer has started.
+
+    For a consumer, before its first rebalance, so nothing has been consumed yet.
+    ``context`` is a :class:`rmqk.contexts.ClientContext` (role, wire group, name
+    servers, options): a plugin acting on a client option (the ``trace`` plugin
+    on ``enable_msg_trace``) sets itself up here. The return value is ignored.
+    May be ``async def``; the start waits for it. Exceptions are logged and
+    swallowed: a failing plugin does not stop the client.
+    """
+
+
+@hookspec
+def rmqk_client_shutdown(context: ClientContext) -> None:
+    """Called when a client that ``rmqk_client_started`` announced has shut down.
+
+    For a push consumer, after its consume service stopped, so no consume hook
+    runs for it afterwards: a plugin flushes what it holds for that client here.
+    ``context`` is equal to the one the start announced. The return value is
+    ignored. May be ``async def``; the shutdown waits for it. Exceptions are
+    logged and swallowed.
     """
 
 

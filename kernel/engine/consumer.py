@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from rmqk.consume_host import ConsumeService
+from rmqk.contexts import ClientRole
 from rmqk.contracts import ReadOffsetType
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.consume_host import create_consume_service
@@ -61,6 +62,7 @@ class AsyncPushConsumer(ConsumerMember):
     """
 
     consume_type = ConsumeType.CONSUME_PASSIVELY
+    client_role = ClientRole.PUSH_CONSUMER
     reported_options = (
         "consume_thread_min",
         "consume_thread_max",
@@ -207,6 +209,7 @@ class AsyncPushConsumer(ConsumerMember):
             await self.consume_service.shutdown(0)
             raise taken
         await self.client.start()
+        await self._lifecycle_hook("rmqk_client_started")
         await self._announce()
 
     async def _cleanup_failed_start(self) -> None:
@@ -236,6 +239,7 @@ class AsyncPushConsumer(ConsumerMember):
             fut.cancel()
         self.invoker.shutdown()
         self.state = ServiceState.SHUTDOWN_ALREADY
+        await self._lifecycle_hook("rmqk_client_shutdown")
 
     # -- pause / resume ----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, ClassVar, Self
 
+from rmqk.contexts import ClientContext, ClientRole
 from rmqk.contracts import AllocationStrategy, OffsetStore
 from rmqk.engine.client import ClientInstance
 from rmqk.engine.client_check import check_client_in_broker
@@ -36,7 +37,7 @@ from rmqk.model import (
 )
 from rmqk.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
 from rmqk.options import ConsumerOptions, Where, check_group
-from rmqk.pluginmanager import registries
+from rmqk.pluginmanager import call_event_hook, registries
 from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData
 
 __all__ = ["ConsumerMember"]
@@ -54,6 +55,8 @@ class ConsumerMember:
     reported_options: ClassVar[tuple[str, ...]]
     # The consumer kind's logger, also for its pulls' notices (operators filter by it).
     log: ClassVar[logging.Logger]
+    # What the client lifecycle hooks call this consumer.
+    client_role: ClassVar[ClientRole]
 
     rebalance: Rebalance
     client: ClientInstance
@@ -133,6 +136,22 @@ class ConsumerMember:
             raise
         await self.client.send_heartbeat_to_all_brokers()
         self.client.rebalance_immediately()
+
+    async def _lifecycle_hook(self, hook: str) -> None:
+        """``rmqk_client_started`` or ``rmqk_client_shutdown`` for this consumer."""
+        opts = self.options
+        context = ClientContext(
+            role=self.client_role,
+            group=self.group,
+            namespace=self.namespace,
+            namesrv_addrs=self._namesrv,
+            options=opts,
+            client=self,
+            transport=opts.transport,
+            transport_options=dict(opts.transport_options),
+            use_tls=opts.use_tls,
+        )
+        await call_event_hook(hook, context=context)
 
     async def _leave_client_quietly(self) -> None:
         """Undo :meth:`_join_client`'s registration after a failed start."""

@@ -35,6 +35,7 @@ from rmqk.engine.fault_strategy import (
     MQFaultStrategy,
     TopicPublishInfo,
 )
+from rmqk.engine.producer_hooks import announce, hooked_send
 from rmqk.engine.producer_options import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
 from rmqk.engine.send_request import (
     CommunicationMode,
@@ -132,6 +133,8 @@ class AsyncProducer:
         transport_options: dict[str, Any] | None = None,
         unit_name: str | None = None,
         namespace: str | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         if isinstance(namesrv_addr, str):
             addrs = tuple(a for a in namesrv_addr.split(";") if a)
@@ -165,6 +168,8 @@ class AsyncProducer:
             compress_msg_body_over_howmuch=compress_msg_body_over_howmuch,
             max_message_size=max_message_size,
             default_topic_queue_nums=default_topic_queue_nums,
+            enable_msg_trace=enable_msg_trace,
+            customized_trace_topic=customized_trace_topic,
         )
         self.instance_name = instance_name
         self.send_msg_timeout = self.options.send_msg_timeout
@@ -216,6 +221,7 @@ class AsyncProducer:
         if self._owns_client:
             await self.client.start()
         self.state = ServiceState.RUNNING
+        await announce(self, "rmqk_client_started")
 
     async def shutdown(self) -> None:
         if self.state is not ServiceState.RUNNING:
@@ -226,6 +232,7 @@ class AsyncProducer:
             await self.client.shutdown_if_unused()
         else:
             self.client.producers.pop(self.group, None)
+        await announce(self, "rmqk_client_shutdown")
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -535,8 +542,8 @@ class AsyncProducer:
             try:
                 if timeout < 0:
                     raise RemotingTooMuchRequestError("invokeAsyncImpl call timeout")
-                result = await self.client.transport.send_message(
-                    addr, broker_name, header, payload.body, int(timeout)
+                result = await hooked_send(
+                    self, broker_name, addr, header, payload, int(timeout), CommunicationMode.ASYNC
                 )
             except BrokerError:
                 fault.update_fault_item(broker_name, now_ms() - begin, True)
@@ -585,11 +592,6 @@ class AsyncProducer:
         remaining = timeout - (now_ms() - begin)
         if remaining < 0:
             raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
-        return await self.client.transport.send_message(
-            addr,
-            mq.broker_name,
-            header,
-            payload.body,
-            int(remaining),
-            oneway=mode is CommunicationMode.ONEWAY,
+        return await hooked_send(
+            self, mq.broker_name, addr, header, payload, int(remaining), mode
         )

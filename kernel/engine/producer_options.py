@@ -48,6 +48,9 @@ class ProducerOptions:
     compress_msg_body_over_howmuch: int = 4096
     max_message_size: int = 4 * 1024 * 1024
     default_topic_queue_nums: int = 4
+    # Java's enableMsgTrace and customizedTraceTopic: acted on by the ``trace`` plugin.
+    enable_msg_trace: bool = False
+    customized_trace_topic: str | None = None
 
     @classmethod
     def build(
@@ -64,6 +67,8 @@ class ProducerOptions:
         compress_msg_body_over_howmuch: object,
         max_message_size: object,
         default_topic_queue_nums: object,
+        enable_msg_trace: object = False,
+        customized_trace_topic: object = None,
     ) -> ProducerOptions:
         """The options, or a ConfigError naming every option that is wrong and why."""
         problems: list[ConfigProblem] = []
@@ -120,6 +125,9 @@ class ProducerOptions:
                 bad("retry_response_codes", f"must hold integer response codes, got {listed}")
             else:
                 codes = frozenset(int(c) for c in listed)
+        trace_topic = customized_trace_topic if isinstance(customized_trace_topic, str) else None
+        if customized_trace_topic is not None and trace_topic is None:
+            bad("customized_trace_topic", f"must be a topic name, got {customized_trace_topic!r}")
         options = cls(
             send_msg_timeout=integer("send_msg_timeout", send_msg_timeout, 1),
             retry_times_when_send_failed=integer(
@@ -142,6 +150,8 @@ class ProducerOptions:
             default_topic_queue_nums=integer(
                 "default_topic_queue_nums", default_topic_queue_nums, 1
             ),
+            enable_msg_trace=flag("enable_msg_trace", enable_msg_trace),
+            customized_trace_topic=trace_topic or None,
         )
         if problems:
             raise ConfigError(problems)

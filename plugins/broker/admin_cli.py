@@ -308,12 +308,19 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     )
     message.set_defaults(_admin=_admin_message)
 
+    from rmqk.plugins.trace.admin import add_trace_arguments, admin_trace
+
+    trace = sub.add_parser("trace", help="a message's trace: sent, stored, consumed by whom")
+    _admin_common(trace)
+    add_trace_arguments(trace)
+    trace.set_defaults(_admin=admin_trace)
+
 
 def _admin_run(args: argparse.Namespace) -> int:
     action = getattr(args, "_admin", None)
     if action is None:
         print(
-            "rmqk admin: choose a subcommand: topic create|list, consumer progress, message "
+            "rmqk admin: choose a subcommand: topic create|list, consumer progress, message, trace "
             "(see rmqk admin --help)",
             file=sys.stderr,
         )
@@ -346,5 +353,6 @@ ADMIN_COMMAND = Command(
         "rmqk admin consumer progress order-analytics",
         "rmqk admin consumer progress order-analytics --namespace ns1",
         "rmqk admin message 7F00000100002A9F0000000000000000",
+        "rmqk admin trace 7F0000011F8B18B4AAC2536A7E3D0000",
     ),
 )

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from rmqk.contexts import ClientRole
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.lite_pull import seek as seeking
 from rmqk.engine.lite_pull.buffer import PollBuffer
@@ -72,6 +73,7 @@ class AsyncLitePullConsumer(ConsumerMember):
     """
 
     consume_type = ConsumeType.CONSUME_ACTIVELY
+    client_role = ClientRole.LITE_PULL_CONSUMER
     reported_options = (
         "pull_batch_size",
         "pull_threshold_for_queue",
@@ -222,6 +224,7 @@ class AsyncLitePullConsumer(ConsumerMember):
         )
         self.fetcher = Fetcher(self, pull_api, flow)
         await self.client.start()
+        await self._lifecycle_hook("rmqk_client_started")
         if self.queues.kind is SubscriptionType.SUBSCRIBE:
             await self._announce()
         else:
@@ -263,6 +266,7 @@ class AsyncLitePullConsumer(ConsumerMember):
         self.rebalance.destroy()
         states.clear()
         self.buffer.clear()
+        await self._lifecycle_hook("rmqk_client_shutdown")
 
     shutdown = close
 

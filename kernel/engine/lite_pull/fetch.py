@@ -8,11 +8,14 @@ import time
 from typing import TYPE_CHECKING
 
 from rmqk.aioutil import wait_event
+from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.lite_pull.buffer import Batch
 from rmqk.engine.lite_pull.queues import QueueState
 from rmqk.engine.pull import PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL, FlowControl, PullAPI
 from rmqk.errors import RmqkError
-from rmqk.model import PullStatus
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue, PullStatus
+from rmqk.pluginmanager import call_event_hook, hook_has_impls
 
 if TYPE_CHECKING:
     from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer
@@ -92,6 +95,7 @@ class Fetcher:
         if not consumer.is_current(state, generation):
             return 0
         if msgs:
+            await _consume_hooks(consumer.group, mq, msgs)
             state.pq.put_messages(msgs)
             consumer.buffer.put(Batch(state, generation, msgs))
         elif result.status is PullStatus.OFFSET_ILLEGAL:
@@ -106,3 +110,20 @@ class Fetcher:
                 return opts.pull_time_delay_mills_when_exception
         state.pull_offset = result.next_begin_offset
         return 0
+
+
+async def _consume_hooks(group: str, mq: MessageQueue, msgs: list[MessageExt]) -> None:
+    """The consume hooks around a found pull, as Java 4.9.8's lite pull path runs them.
+
+    DefaultLitePullConsumerImpl has no listener: it calls the hooks' before and,
+    at once, after (CONSUME_SUCCESS) for each pull that found messages.
+    """
+    before, after = "rmqk_consume_message_before", "rmqk_consume_message_after"
+    if not (hook_has_impls(before) or hook_has_impls(after)):
+        return
+    context = ConsumeMessageContext(group, mq, list(msgs))
+    await call_event_hook(before, context=context)
+    context.status = "CONSUME_SUCCESS"
+    context.success = True
+    context.return_type = "SUCCESS"
+    await call_event_hook(after, context=context)
