@@ -440,3 +440,29 @@ async def test_hook_rmqk_client_shutdown(broker: Any) -> None:
     (_, started), (_, stopped) = [c for c in recorder.calls if c[0] in ("started", "shutdown")]
     assert started == stopped and started.role is ClientRole.PUSH_CONSUMER
     assert started.client is consumer and started.group == "hook-cg"
+
+
+# -- the documented example -------------------------------------------------------------------
+
+
+def test_the_operations_guide_trace_example_runs(
+    broker_thread: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    section = page.split("## Message trace", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"^```python\n(.*?)^```", section, re.M | re.S)
+    code = code.replace("127.0.0.1:9876", broker_thread.namesrv_addr)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=90, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    msg_id = run.stdout.split("sent ", 1)[1].split()[0]
+    assert main(["admin", "trace", msg_id, "-n", broker_thread.namesrv_addr]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^Pub\s+trace-demo-producer\s", out, re.M), out
+    assert re.search(r"^Sub\s+trace-demo-consumer\s.*\s0\s+\d+ms\s+success$", out, re.M), out

@@ -218,10 +218,7 @@ class AsyncTraceDispatcher:
         if segment is None:
             segment = self._segments[topic] = _Segment(topic)
         segment.add(encode(ctx))
-        if (
-            segment.size >= self.max_msg_size - 10_000
-            or len(segment.beans) >= self.batch_size
-        ):
+        if segment.size >= self.max_msg_size - 10_000 or len(segment.beans) >= self.batch_size:
             self._send(segment)
 
     def _send(self, segment: _Segment) -> None:

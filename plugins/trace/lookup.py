@@ -120,7 +120,9 @@ def trace_views(msg_id: str, messages: Iterable[MessageExt]) -> list[TraceView]:
     for message in messages:
         source = f"trace message {message.msg_id} ({message.topic})"
         body = message.body.decode("utf-8", "replace")
+        # Java shows the born host's address without the port.
+        host = message.born_host.rpartition(":")[0] or message.born_host
         for ctx in decode(body, source):
             if ctx.beans and ctx.beans[0].msg_id == msg_id:
-                views.append(TraceView(ctx, message.born_host.rpartition(":")[0] or message.born_host))
+                views.append(TraceView(ctx, host))
     return views
