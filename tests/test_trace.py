@@ -466,3 +466,30 @@ def test_the_operations_guide_trace_example_runs(
     out = capsys.readouterr().out
     assert re.search(r"^Pub\s+trace-demo-producer\s", out, re.M), out
     assert re.search(r"^Sub\s+trace-demo-consumer\s.*\s0\s+\d+ms\s+success$", out, re.M), out
+
+
+def test_end_transaction_and_cloud_records_round_trip() -> None:
+    end = TraceContext(
+        TraceType.EndTransaction,
+        5,
+        (
+            TraceBean(
+                topic="T", msg_id="M", tags=None, keys="k", store_host="h:1",
+                msg_type=MessageType.Trans_Msg_Half, transaction_id="TX",
+                transaction_state="COMMIT_MESSAGE", from_transaction_check=True,
+            ),
+        ),
+        region_id="DefaultRegion",
+        group_name="pg",
+    )  # fmt: skip
+    data = encode(end).data
+    assert data == A.join(
+        ["EndTransaction", "5", "DefaultRegion", "pg", "T", "M", "null", "k", "h:1", "1", "TX",
+         "COMMIT_MESSAGE", "true"]
+    ) + B  # fmt: skip
+    assert decode(data) == [end]
+    cloud = TraceContext(
+        TraceType.SubAfter, 0, (TraceBean(msg_id="M", keys="k"),), group_name="", cost_time=1,
+        request_id="R", cloud=True,
+    )  # fmt: skip
+    assert decode(encode(cloud).data) == [cloud]
