@@ -173,8 +173,11 @@ def rmqk_filter_message(context: FilterMessageContext) -> None:
 def rmqk_consume_message_before(context: ConsumeMessageContext) -> None:
     """Called just before a listener or sink receives a batch (ConsumeMessageHook).
 
-    ``context.messages`` is the batch about to be consumed. The return value is
-    ignored. May be ``async def``. Exceptions are logged and swallowed.
+    ``context.messages`` is the batch about to be consumed. A lite pull consumer,
+    which has no listener, calls it for each pull that found messages, followed at
+    once by a successful ``after``, as Java 4.9.8's lite pull consumer does. The
+    return value is ignored. May be ``async def``. Exceptions are logged and
+    swallowed.
     """
 
 
