@@ -307,6 +307,23 @@ def test_broker_conf_keys(tmp_path: Path) -> None:
     assert read_broker_config(conf) == BrokerFileConfig(
         enable_property_filter=True, broker_name="b-1", cluster="C1", auto_create_topic=False
     )
+    conf.write_text(
+        "transactionTimeOut=3000\ntransactionCheckMax=5\ntransactionCheckInterval=1500\n"
+    )
+    tx_conf = read_broker_config(conf)
+    assert tx_conf == BrokerFileConfig(
+        transaction_timeout_ms=3000, transaction_check_max=5, transaction_check_interval_ms=1500
+    )
+    from rmqk.plugins.broker.cli import _transaction_settings
+
+    assert _transaction_settings(tx_conf) == {
+        "transaction_timeout": 3.0,
+        "transaction_check_max": 5,
+        "transaction_check_interval": 1.5,
+    }
+    conf.write_text("transactionCheckMax=0\n")
+    with pytest.raises(RmqkError, match="transactionCheckMax=0: must be at least 1"):
+        read_broker_config(conf)
     conf.write_text("enablePropertyFilter=yes\n")
     with pytest.raises(RmqkError, match="enablePropertyFilter='yes': expected true or false"):
         read_broker_config(conf)

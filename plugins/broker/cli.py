@@ -184,6 +184,7 @@ def _broker_run(args: argparse.Namespace) -> int:
         ),
         acl=os.path.expanduser(args.acl) if args.acl else None,
         tls=_broker_tls(args),
+        **_transaction_settings(conf),
     )
 
     async def serve() -> None:
@@ -236,3 +237,15 @@ BROKER_COMMAND = Command(
         "rmqk broker --config broker.conf",
     ),
 )
+
+
+def _transaction_settings(conf: BrokerFileConfig) -> dict[str, float | int]:
+    """broker.conf's transaction keys (Apache's milliseconds) as EmbeddedBroker's seconds."""
+    settings: dict[str, float | int] = {}
+    if conf.transaction_timeout_ms is not None:
+        settings["transaction_timeout"] = conf.transaction_timeout_ms / 1000
+    if conf.transaction_check_max is not None:
+        settings["transaction_check_max"] = conf.transaction_check_max
+    if conf.transaction_check_interval_ms is not None:
+        settings["transaction_check_interval"] = conf.transaction_check_interval_ms / 1000
+    return settings

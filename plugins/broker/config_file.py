@@ -26,6 +26,9 @@ class BrokerFileConfig:
     broker_name: str | None = None
     cluster: str | None = None
     auto_create_topic: bool | None = None
+    transaction_timeout_ms: int | None = None
+    transaction_check_max: int | None = None
+    transaction_check_interval_ms: int | None = None
 
 
 def _boolean(key: str, text: str) -> bool:
@@ -41,12 +44,26 @@ def _name(key: str, text: str) -> str:
     return text
 
 
+def _positive(key: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise RmqkError(f"broker config: {key}={text!r}: expected a whole number") from None
+    if value < 1:
+        raise RmqkError(f"broker config: {key}={value}: must be at least 1")
+    return value
+
+
 # broker.conf key -> (BrokerFileConfig field, converter)
 _KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "enablePropertyFilter": ("enable_property_filter", _boolean),
     "brokerName": ("broker_name", _name),
     "brokerClusterName": ("cluster", _name),
     "autoCreateTopicEnable": ("auto_create_topic", _boolean),
+    # Apache's units: milliseconds for the two times.
+    "transactionTimeOut": ("transaction_timeout_ms", _positive),
+    "transactionCheckMax": ("transaction_check_max", _positive),
+    "transactionCheckInterval": ("transaction_check_interval_ms", _positive),
 }
 
 
