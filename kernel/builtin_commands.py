@@ -127,16 +127,28 @@ def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="no live summary line, even on a terminal",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run every consumer as N worker processes of its group (overrides processes "
+        "in the config; default: the config's, 1)",
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from rmqk.config import load_config
     from rmqk.runtime import install_stop_signals, run_config
     from rmqk.summary_line import SummaryLine
+    from rmqk.supervisor import process_counts, run_supervised
 
     config = load_config(args.config)
     handler = log_handler()
     on_terminal = args.summary and sys.stderr.isatty()
+    counts = process_counts(config, args.consumer, args.processes)
+    if any(count > 1 for _, count in counts):
+        return run_supervised(config, counts, args, handler, on_terminal)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -227,6 +239,7 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         examples=(
             "rmqk run examples/jsonl.toml",
             "rmqk run consumers.toml --consumer orders --log-level INFO",
+            "rmqk run consumers.toml --processes 4",
             "rmqk run consumers.toml --log-format json 2> consumer.log",
         ),
     ),
