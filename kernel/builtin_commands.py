@@ -256,7 +256,7 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         help="run a benchmark scenario of a source checkout (same as python -m bench)",
         description=(
             "Runs the scenarios in bench/ of an rmqk source checkout: ceiling, consume, "
-            "latency, memory, rebalance, broker, spark-sink, spark-source. Run it from the "
+            "latency, memory, rebalance, broker, processes, spark-sink, spark-source. Run it from the "
             "repository root (or below it); 'rmqk bench SCENARIO --help' lists a scenario's "
             "options. Results are printed and appended to bench/results/results.jsonl."
         ),
