@@ -257,8 +257,8 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         description=(
             "Runs the scenarios in bench/ of an rmqk source checkout: ceiling, consume, "
             "latency, memory, rebalance, broker, processes, spark-sink, spark-source. Run it "
-            "from the repository root (or below it); 'rmqk bench SCENARIO --help' lists a scenario's "
-            "options. Results are printed and appended to bench/results/results.jsonl."
+            "from the repository root (or below it); 'rmqk bench SCENARIO --help' lists a "
+            "scenario's options. Results are printed and appended to bench/results/results.jsonl."
         ),
         run=lambda args: run_bench(args.bench_args),
         add_arguments=lambda parser: _bench_args(parser),
