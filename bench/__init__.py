@@ -16,4 +16,5 @@ SCENARIOS = (
     "spark-sink",
     "spark-source",
     "broker",
+    "processes",
 )

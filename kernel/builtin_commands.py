@@ -127,16 +127,28 @@ def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="no live summary line, even on a terminal",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run every consumer as N worker processes of its group (overrides processes "
+        "in the config; default: the config's, 1)",
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from rmqk.config import load_config
     from rmqk.runtime import install_stop_signals, run_config
     from rmqk.summary_line import SummaryLine
+    from rmqk.supervisor import process_counts, run_supervised
 
     config = load_config(args.config)
     handler = log_handler()
     on_terminal = args.summary and sys.stderr.isatty()
+    counts = process_counts(config, args.consumer, args.processes)
+    if any(count > 1 for _, count in counts):
+        return run_supervised(config, counts, args, handler, on_terminal)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -227,6 +239,7 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         examples=(
             "rmqk run examples/jsonl.toml",
             "rmqk run consumers.toml --consumer orders --log-level INFO",
+            "rmqk run consumers.toml --processes 4",
             "rmqk run consumers.toml --log-format json 2> consumer.log",
         ),
     ),
@@ -243,9 +256,9 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         help="run a benchmark scenario of a source checkout (same as python -m bench)",
         description=(
             "Runs the scenarios in bench/ of an rmqk source checkout: ceiling, consume, "
-            "latency, memory, rebalance, broker, spark-sink, spark-source. Run it from the "
-            "repository root (or below it); 'rmqk bench SCENARIO --help' lists a scenario's "
-            "options. Results are printed and appended to bench/results/results.jsonl."
+            "latency, memory, rebalance, broker, processes, spark-sink, spark-source. Run it "
+            "from the repository root (or below it); 'rmqk bench SCENARIO --help' lists a "
+            "scenario's options. Results are printed and appended to bench/results/results.jsonl."
         ),
         run=lambda args: run_bench(args.bench_args),
         add_arguments=lambda parser: _bench_args(parser),

@@ -97,6 +97,17 @@ COMPOSITION_KEYS: tuple[OptionSpec, ...] = (
         doc="Options passed to the sink's factory.",
         default_text="{}",
     ),
+    OptionSpec(
+        name="processes",
+        value_type=OptionType.INT,
+        doc="Worker processes the consumer runs as, each a client instance of the group, so "
+        "the group's queues spread over them (a Python process uses one core). More than 1 "
+        "runs them under a supervisor (docs/operations.md); `rmqk run --processes N` "
+        "overrides it. Clustering only.",
+        default=1,
+        minimum=1,
+        maximum=1024,
+    ),
 )
 _COMPOSITION_NAMES = frozenset(s.name for s in COMPOSITION_KEYS)
 _REQUIRED_TEXT = {
@@ -127,6 +138,7 @@ class ConsumerSpec:
     sink_options: Mapping[str, Any] = attrs.field(factory=_empty, hash=False)
     # The keys the file set; every other option has its default.
     from_file: frozenset[str] = frozenset()
+    processes: int = 1
 
     @property
     def table(self) -> str:
@@ -429,6 +441,8 @@ def _consumer(
         else:
             sink_options = freeze(value)
 
+    processes = _processes(table, options, where, problems)
+
     if check_plugins:
         choices = plugin_choices(options)
         if sink is not None:
@@ -448,7 +462,27 @@ def _consumer(
         sink=sink,
         sink_options=sink_options,
         from_file=frozenset(table),
+        processes=processes,
     )
+
+
+_PROCESSES = next(s for s in COMPOSITION_KEYS if s.name == "processes")
+
+
+def _processes(
+    table: Mapping[str, Any], options: ConsumerOptions, where: Where, problems: list[ConfigProblem]
+) -> int:
+    if "processes" not in table:
+        return 1
+    try:
+        processes: int = _PROCESSES.convert(table["processes"])
+    except ValueError as exc:
+        problems.append(where.problem("processes", str(exc)))
+        return 1
+    if processes > 1 and options.message_model is MessageModel.BROADCASTING:
+        # Every broadcasting member takes every message: N workers would deliver each N times.
+        problems.append(where.problem("processes", 'must be 1 with message_model = "BROADCASTING"'))
+    return processes
 
 
 # -- describing a resolved config ------------------------------------------------
@@ -468,6 +502,7 @@ def _rows(spec: ConsumerSpec) -> list[tuple[str, Any, bool]]:
         ("subscription", {s.topic: _subscription_value(s) for s in spec.subscriptions}, True),
         ("sink", spec.sink, "sink" in spec.from_file),
         ("sink_options", spec.sink_options, "sink_options" in spec.from_file),
+        ("processes", spec.processes, "processes" in spec.from_file),
     ]
     for option in OPTIONS:
         if option.name == "namesrv_addr":

@@ -11,9 +11,33 @@ from typing import IO, Any, cast
 
 from rmqk.aioutil import wait_event
 
-__all__ = ["SummaryLine"]
+__all__ = ["SummaryLine", "progress_text"]
 
 log = logging.getLogger("rmqk.cli")
+
+
+def progress_text(
+    name: str,
+    *,
+    queues: int,
+    consumed: int,
+    rate: float,
+    failed: int,
+    cached: int,
+    held_rate: float,
+    lag: int | None,
+    namesrv: str = "",
+    namesrv_error: str | None = None,
+) -> str:
+    """One consumer's part of the line (also a supervised group's, summed over its workers)."""
+    if namesrv_error is not None:
+        # Without routes every other figure is zero or unknown: say why instead.
+        return f"{name}: name server {namesrv} unreachable ({namesrv_error}), retrying"
+    flow = f", flow control {held_rate:,.0f}/s" if held_rate >= 0.5 else ""
+    return (
+        f"{name}: {queues} queues, {consumed:,} consumed ({rate:,.0f}/s), "
+        f"{failed:,} failed, {cached:,} cached{flow}, lag {'?' if lag is None else f'{lag:,}'}"
+    )
 
 
 class SummaryLine:
@@ -53,23 +77,23 @@ class SummaryLine:
             then, before = self._last.get(name, (now, done))
             rate = (done - before) / (now - then) if now > then else 0.0
             self._last[name] = (now, done)
-            lag = progress.lag
-            if progress.namesrv_error is not None:
-                # Without routes every other figure is zero or unknown: say why instead.
-                parts.append(
-                    f"{name}: name server {progress.namesrv} unreachable "
-                    f"({progress.namesrv_error}), retrying"
-                )
-                continue
             held = progress.flow_control_events
             held_then = self._last_flow.get(name, (now, held))
             self._last_flow[name] = (now, held)
             held_rate = (held - held_then[1]) / (now - held_then[0]) if now > held_then[0] else 0
-            flow = f", flow control {held_rate:,.0f}/s" if held_rate >= 0.5 else ""
             parts.append(
-                f"{name}: {len(progress.queues)} queues, {done:,} consumed ({rate:,.0f}/s), "
-                f"{progress.consumed_failed:,} failed, {progress.cached_messages:,} cached"
-                f"{flow}, lag {'?' if lag is None else f'{lag:,}'}"
+                progress_text(
+                    name,
+                    queues=len(progress.queues),
+                    consumed=done,
+                    rate=rate,
+                    failed=progress.consumed_failed,
+                    cached=progress.cached_messages,
+                    held_rate=held_rate,
+                    lag=progress.lag,
+                    namesrv=progress.namesrv,
+                    namesrv_error=progress.namesrv_error,
+                )
             )
         return " | ".join(parts)
 

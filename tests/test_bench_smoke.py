@@ -35,6 +35,7 @@ SCENARIOS: list[tuple[str, list[str]]] = [
     ("memory", ["-n", "5000", "--duration", "2", "--listener-delay-ms", "1"]),
     ("rebalance", ["--rounds", "1", "--queues", "4"]),
     ("broker", ["-n", "2000", "--single", "200"]),
+    ("processes", ["-n", "2000", "--workers", "1,2", "--queues", "4"]),
 ]
 
 SPARK_SCENARIOS: list[tuple[str, list[str]]] = [
@@ -57,6 +58,7 @@ EXPECTED_FIGURES: dict[str, list[str]] = {
     "memory": ["peak_rss_mb", "baseline_rss_mb", "consumed"],
     "rebalance": ["join_median_s", "leave_median_s", "join_s", "leave_s"],
     "broker": ["send_batch_msgs_per_s", "send_single_msgs_per_s", "pull_msgs_per_s"],
+    "processes": ["w1_msgs_per_s", "w1_cpu_us_per_msg", "w2_msgs_per_s", "w2_cpu_us_per_msg"],
     "spark-sink": ["sink_rows_per_s", "consume_msgs_per_s", "rows_on_disk"],
     "spark-source": ["source_rows_per_s", "rows_on_disk"],
 }

@@ -13,6 +13,8 @@ because any consume hook takes consumers off their hook-free fast path.
 
 The HTTP endpoint starts when the first consumer gets its queues (the first
 ``rmqk_queues_changed``), so ``rmqk check`` of the same file binds no port.
+Under ``processes = N`` every worker process serves its own endpoint on
+``port + slot`` (slot 0, 1, ... across all workers); the supervisor serves none.
 :mod:`rmqk.plugins.prometheus.metrics` lists the metrics.
 """
 
@@ -75,9 +77,16 @@ class MetricsPlugin:
                 return self.address
             from prometheus_client import start_http_server
 
+            from rmqk.workers import current_worker
+
+            worker = current_worker()
+            port = self.settings.port
+            if worker is not None and port:
+                # Each worker of `processes = N` serves its own figures, on port + its slot.
+                port += worker.slot
             try:
                 server, thread = start_http_server(
-                    self.settings.port, self.settings.host, registry=self.metrics.registry
+                    port, self.settings.host, registry=self.metrics.registry
                 )
             except OSError as exc:
                 raise ConfigError(
@@ -86,7 +95,7 @@ class MetricsPlugin:
                             "<config>",
                             TABLE,
                             "port",
-                            f"cannot serve metrics on {self.settings.host}:{self.settings.port}: "
+                            f"cannot serve metrics on {self.settings.host}:{port}: "
                             f"{exc.strerror or exc}",
                         )
                     ]

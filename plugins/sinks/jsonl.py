@@ -3,7 +3,8 @@
 Writes are group-committed (:mod:`rmqk.plugins.sinks.groupcommit`): a flush
 starts as soon as a batch waits, batches that arrive while it runs wait for
 the next one, and every flush ends with fsync, so a batch is acknowledged only
-when its lines are on disk.
+when its lines are on disk. A worker of ``processes = N`` writes ``<stem>.w<i><suffix>``
+(``out.w1.jsonl``) instead, so N writers never share one file.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.jsonl_options import parse_jsonl_options
 from rmqk.plugins.sinks.records import message_record
+from rmqk.workers import worker_path
 
 __all__ = ["JsonlSink"]
 
@@ -26,7 +28,8 @@ class JsonlSink(GroupCommitSink):
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         parsed = parse_jsonl_options(options)
-        self.path = Path(parsed.path)
+        # Under `processes = N` each worker appends to its own file (out.w0.jsonl, ...).
+        self.path = Path(worker_path(parsed.path))
         self.body_format = parsed.body_format
         self.fsync = parsed.fsync
         self._fd: int | None = None

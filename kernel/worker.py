@@ -1,0 +1,195 @@
+"""The body of one worker process of ``processes = N``: one consumer, reporting to its pipe.
+
+:mod:`rmqk.supervisor` starts :func:`worker_main` in a fresh interpreter
+(multiprocessing's ``spawn`` context: no state of the supervisor, no forked
+event loop or threads). The worker runs its one consumer exactly as ``rmqk run``
+runs it in a single process, so SIGINT/SIGTERM stop it the same way: sink
+flushed, batches acknowledged, offsets committed. Its log records and its
+counters go to the supervisor over the pipe; when the pipe breaks (the
+supervisor is gone) the worker stops itself rather than run unsupervised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import attrs
+
+from rmqk.workers import (
+    WorkerFailed,
+    WorkerFigures,
+    WorkerIdentity,
+    WorkerLog,
+    WorkerStarted,
+    set_current_worker,
+)
+
+__all__ = ["WorkerJob", "worker_config", "worker_main"]
+
+log = logging.getLogger("rmqk.worker")
+
+# Seconds between two fetches of the brokers' max offsets (the lag), as the summary line.
+_LAG_INTERVAL = 5.0
+
+
+@attrs.frozen
+class WorkerJob:
+    """Everything a worker needs, picklable: it crosses into a fresh interpreter."""
+
+    config_path: str
+    identity: WorkerIdentity
+    log_level: str = "WARNING"
+    log_format: str = "text"
+    report_interval: float = 1.0
+    cwd: str = ""
+
+
+class _Pipe:
+    """The worker's end of the pipe; a lock, since log records come from any thread."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.broken = False
+
+    def send(self, message: object) -> bool:
+        if self.broken:
+            return False
+        try:
+            with self.lock:
+                self.conn.send(message)
+        except (OSError, EOFError, ValueError):
+            self.broken = True
+        return not self.broken
+
+
+class _LogStream:
+    """A text stream whose writes reach the supervisor as :class:`WorkerLog` messages."""
+
+    def __init__(self, pipe: _Pipe) -> None:
+        self.pipe = pipe
+
+    def write(self, text: str) -> int:
+        if text and not self.pipe.send(WorkerLog(text)):
+            # No supervisor to read it: stderr is still the terminal or the log file.
+            sys.stderr.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def worker_config(config: Any, identity: WorkerIdentity) -> Any:
+    """``config`` with only the worker's consumer, under an instance name of its own.
+
+    The default instance name becomes ``<pid>#<nanotime>`` at start, so it is already
+    distinct; a name the file gives is suffixed with the worker's index, or all the
+    workers would be one client id and the group would not spread over them.
+    """
+    spec = config.consumer(identity.consumer)
+    options = spec.options
+    if options.instance_name != "DEFAULT":
+        options = attrs.evolve(options, instance_name=f"{options.instance_name}-w{identity.index}")
+    spec = attrs.evolve(spec, options=options, processes=1)
+    return attrs.evolve(config, consumers=(spec,))
+
+
+def worker_main(job: WorkerJob, conn: Connection) -> None:
+    """The worker process: exit code 0 after a clean stop, 1 (with a reason sent) on error."""
+    from rmqk.cli import error_line
+    from rmqk.logsetup import configure_logging
+
+    if job.cwd and job.cwd not in sys.path:
+        # Configs name modules of the directory rmqk was started in (python sink functions).
+        sys.path.insert(0, job.cwd)
+    pipe = _Pipe(conn)
+    set_current_worker(job.identity)
+    configure_logging(job.log_level, job.log_format, stream=_LogStream(pipe))  # type: ignore[arg-type]
+    try:
+        asyncio.run(_run(job, pipe))
+    except KeyboardInterrupt:
+        pass
+    except BaseException as exc:
+        log.debug("worker %s failed", job.identity.label, exc_info=True)
+        pipe.send(WorkerFailed(error_line(exc)))
+        with contextlib.suppress(OSError):
+            conn.close()
+        sys.exit(1)
+    with contextlib.suppress(OSError):
+        conn.close()
+
+
+async def _run(job: WorkerJob, pipe: _Pipe) -> None:
+    from rmqk.config import load_config
+    from rmqk.runtime import install_stop_signals, run_config
+
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    config = worker_config(load_config(job.config_path), job.identity)
+    running: list[Any] = []
+    reporter: list[asyncio.Task[None]] = []
+
+    def started(consumers: Sequence[Any]) -> None:
+        running.extend(consumers)
+        if not pipe.send(WorkerStarted(os.getpid())):
+            stop.set()
+        reporter.append(asyncio.get_running_loop().create_task(_report(job, pipe, running, stop)))
+
+    try:
+        await run_config(config, stop, [job.identity.consumer], started)
+    finally:
+        stop.set()
+        for task in reporter:
+            await task
+    if running:
+        figures = attrs.evolve(_figures(running[0], None), final=True, queues=0, cached=0)
+        pipe.send(figures)
+
+
+def _figures(composed: Any, max_offsets: Any) -> WorkerFigures:
+    from rmqk.progress import snapshot
+
+    progress = snapshot(composed.consumer, max_offsets)
+    return WorkerFigures(
+        queues=len(progress.queues),
+        consumed_ok=progress.consumed_ok,
+        consumed_failed=progress.consumed_failed,
+        cached=progress.cached_messages,
+        flow_control_events=progress.flow_control_events,
+        lag=progress.lag,
+        namesrv=progress.namesrv,
+        namesrv_error=progress.namesrv_error,
+    )
+
+
+async def _report(job: WorkerJob, pipe: _Pipe, running: list[Any], stop: asyncio.Event) -> None:
+    from rmqk.aioutil import wait_event
+    from rmqk.progress import fetch_max_offsets
+
+    loop = asyncio.get_running_loop()
+    next_lag = 0.0
+    max_offsets: Any = None
+    held: set[Any] = set()
+    while not stop.is_set():
+        try:
+            composed = running[0]
+            queues = set(composed.consumer.rebalance.process_queue_table)
+            if loop.time() >= next_lag or queues != held:
+                max_offsets = await fetch_max_offsets(composed.consumer)
+                held = queues
+                next_lag = loop.time() + _LAG_INTERVAL
+            if not pipe.send(_figures(composed, max_offsets)):
+                log.warning("worker %s lost its supervisor: stopping", job.identity.label)
+                stop.set()
+        except Exception:
+            # Figures are a convenience: they must never take the consumer down.
+            log.debug("worker figures failed", exc_info=True)
+        await wait_event(stop, job.report_interval)
