@@ -199,6 +199,7 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
     options: dict[str, Any] = {
         "consume_message_batch_max_size": args.batch,
         "consume_thread_max": args.consume_thread_max,
+        "consume_thread_min": args.consume_thread_max,
     }
     consumer_extra = {
         k: int(v) if v.lstrip("-").isdigit() else v

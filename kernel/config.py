@@ -345,7 +345,7 @@ def _compose(
                         "group",
                         f"group {group!r} is already used by [{groups[effective]}]; the members "
                         "of a group must subscribe alike and share its queues, so compose one "
-                        "consumer per group (raise consume_thread_max for more parallelism)",
+                        "consumer per group (raise consume_thread_min for more parallelism)",
                     )
                 )
             else:

@@ -142,10 +142,19 @@ class ConsumerOptions:
         AccessChannel.LOCAL,
         java_name="accessChannel",
         enum_type=AccessChannel,
+        compat_only=(
+            "Java 4.9.8 reads it only for message tracing (the trace topic's name and the "
+            "trace data format of AsyncTraceDispatcher / TraceDataEncoder) and copies it into "
+            "the consume hooks' context; rmqk has no message tracing, and requests, topics "
+            "and ACL signing are the same on both channels."
+        ),
     )
     vip_channel_enabled: bool = _option(
         OptionType.BOOL,
-        "Send broker requests to the VIP channel (listen port - 2).",
+        "Send requests to a broker's VIP channel, its listen port minus 2 (Java's "
+        "MixAll.brokerVIPChannel), as Java 4.9.8 does: offset queries and commits, "
+        "send-backs, queue locks, the group's member list, queue offset and time queries, "
+        "and sends. Pulls, heartbeats and the client check stay on the main port.",
         False,
         java_name="vipChannelEnabled",
     )
@@ -187,6 +196,11 @@ class ConsumerOptions:
         minimum=1,
         maximum=JAVA_INT_MAX,
         unit="threads",
+        compat_only=(
+            "Java sizes NettyRemotingClient's public executor with it, the threads that run "
+            "the callbacks of asynchronous requests (async pulls and sends); rmqk completes "
+            "responses on its event loop, with no callback thread pool."
+        ),
     )
     poll_name_server_interval: int = _option(
         OptionType.INT,
@@ -310,7 +324,9 @@ class ConsumerOptions:
     )
     consume_thread_min: int = _option(
         OptionType.INT,
-        "Core size of the consume thread pool.",
+        "How many messages (batches of consume_message_batch_max_size) are consumed at "
+        "once: the size of the consume pool, as Java's ThreadPoolExecutor whose core size "
+        "this is and whose unbounded queue keeps it from ever growing past it.",
         20,
         java_name="consumeThreadMin",
         minimum=1,
@@ -320,13 +336,19 @@ class ConsumerOptions:
     )
     consume_thread_max: int = _option(
         OptionType.INT,
-        "Maximum size of the consume thread pool (and of concurrent async consumes).",
+        "Maximum size of the consume thread pool; must not be below consume_thread_min.",
         20,
         java_name="consumeThreadMax",
         minimum=1,
         maximum=1000,
         java_checked=True,
         unit="threads",
+        compat_only=(
+            "Java 4.9.8's consume pool is a ThreadPoolExecutor over an unbounded "
+            "LinkedBlockingQueue, which never starts threads beyond the core size "
+            "(consume_thread_min); only checkConfig's consume_thread_min <= "
+            "consume_thread_max is kept. Raise consume_thread_min for more parallelism."
+        ),
     )
     adjust_thread_pool_nums_threshold: int = _option(
         OptionType.INT,
@@ -336,6 +358,11 @@ class ConsumerOptions:
         minimum=1,
         maximum=JAVA_LONG_MAX,
         unit="messages",
+        compat_only=(
+            "Java 4.9.8's adjustThreadPool compares the backlog with it and calls "
+            "incCorePoolSize / decCorePoolSize, whose bodies are empty in both consume "
+            "services: the pool never changes size."
+        ),
     )
     consume_concurrently_max_span: int = _option(
         OptionType.INT,

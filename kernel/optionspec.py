@@ -110,6 +110,10 @@ class OptionSpec:
     required: str | None = None
     # Run on the converted value; returns the value to keep or raises OptionInvalid.
     check: Callable[[Any], Any] | None = attrs.field(default=None, eq=False, hash=False)
+    # Set for an option accepted only so Java settings carry over: why it has no
+    # effect (the reference shows it, and the option audit test requires either
+    # this or a test showing the option's effect).
+    compat_only: str | None = None
     # The attribute of the options class; the name is the key in the table.
     attr: str = ""
 

@@ -182,8 +182,8 @@ class AsyncPushConsumer(ConsumerMember):
         self.offset_store = await load_offset_store(
             opts, self.group, self.message_model, self.client
         )
-        threads = max(opts.consume_thread_min, opts.consume_thread_max)
-        self.invoker = ListenerInvoker(self.listener, self.group, threads)
+        # Java's pool never grows past its core size (an unbounded queue).
+        self.invoker = ListenerInvoker(self.listener, self.group, opts.consume_thread_min)
         self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)
         if self.consume_orderly:

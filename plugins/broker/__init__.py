@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rmqk.errors import RmqkError
 from rmqk.hookspecs import Register, hookimpl
 from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
-from rmqk.protocol import ResponseCode
+from rmqk.protocol import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from rmqk.plugins.broker.acl import AccessValidator, AclConfig
@@ -54,6 +54,8 @@ T = TypeVar("T")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+# Tries at a free broker port whose VIP port (minus 2) is free too.
+_VIP_PORT_ATTEMPTS = 50
 
 
 class EmbeddedBroker:
@@ -89,6 +91,11 @@ class EmbeddedBroker:
     before it is discarded to TRANS_CHECK_MAX_TIME_TOPIC) and
     ``transaction_check_interval`` (60); ``reject_transaction_message`` refuses half
     messages instead. See ``rmqk.plugins.broker.transaction_check``.
+
+    Like Apache's fastRemotingServer, the broker also listens on its port minus 2
+    (the VIP channel clients with ``vip_channel_enabled`` use), serving every
+    request but pulls. With ``broker_port=0`` a port whose VIP port is free too is
+    chosen; ``vip_channel=False`` listens on the one port only.
     """
 
     def __init__(
@@ -125,6 +132,7 @@ class EmbeddedBroker:
         transaction_check_max: int = 15,
         transaction_check_interval: float = 60.0,
         reject_transaction_message: bool = False,
+        vip_channel: bool = True,
     ) -> None:
         from rmqk.plugins.broker.store.retention import RetentionPolicy
         from rmqk.plugins.broker.transaction_check import TransactionSettings
@@ -175,11 +183,13 @@ class EmbeddedBroker:
         self.enable_property_filter = enable_property_filter
         self.acl = acl
         self.tls = tls
+        self.vip_channel = vip_channel
         self._access: AccessValidator | None = None
         self.namesrv: Any = None
         self.processors: Any = None
         self.store: Any = None
         self._broker_server: Any = None
+        self._vip_server: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._namesrv_addr: str | None = None
         self._broker_addr: str | None = None
@@ -198,6 +208,16 @@ class EmbeddedBroker:
         if self._broker_addr is None:
             raise RmqkError("the embedded broker is not started: no broker address yet")
         return self._broker_addr
+
+    @property
+    def broker_server(self) -> Any:
+        """The listener on the broker port (a ``RemotingServer``), None when stopped."""
+        return self._broker_server
+
+    @property
+    def vip_server(self) -> Any:
+        """The VIP channel's listener on the broker port minus 2, None when there is none."""
+        return self._vip_server
 
     def _advertise(self, port: int) -> str:
         host = self._advertised_host
@@ -234,10 +254,7 @@ class EmbeddedBroker:
 
             # The store stamps the broker's address into every record, so the
             # port must be bound before the store opens.
-            self._broker_server = RemotingServer(
-                "broker", self._handle, idle_timeout=self.idle_timeout, tls=self.tls
-            )
-            port = await self._broker_server.start(self.host, self._broker_port)
+            port = await self._listen(RemotingServer)
             self._broker_addr = self._advertise(port)
 
             store_kwargs: dict[str, Any] = {
@@ -275,6 +292,8 @@ class EmbeddedBroker:
                 file_reserved_hours=self.retention.file_reserved_time,
             )
             self._broker_server.on_connection_closed(self.processors.connection_closed)
+            if self._vip_server is not None:
+                self._vip_server.on_connection_closed(self.processors.connection_closed)
             self.store.add_listener(self.processors.on_message_arrived)
             await self.processors.start()
             self.store.start()
@@ -311,6 +330,9 @@ class EmbeddedBroker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self._vip_server is not None:
+            await self._vip_server.stop()
+            self._vip_server = None
         if self._broker_server is not None:
             await self._broker_server.stop()
             self._broker_server = None
@@ -336,6 +358,52 @@ class EmbeddedBroker:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+    async def _listen(self, server_type: Any) -> int:
+        """Bind the broker port and, one below its two, the VIP channel; the broker port."""
+        for _attempt in range(_VIP_PORT_ATTEMPTS):
+            main = server_type("broker", self._handle, idle_timeout=self.idle_timeout, tls=self.tls)
+            self._broker_server = main
+            port: int = await main.start(self.host, self._broker_port)
+            if not self.vip_channel or port <= 2:
+                return port
+            vip = server_type(
+                "broker-vip", self._handle_vip, idle_timeout=self.idle_timeout, tls=self.tls
+            )
+            try:
+                await vip.start(self.host, port - 2)
+            except OSError as exc:
+                if self._broker_port != 0:
+                    # Apache would not start; a broker on a chosen port still serves
+                    # every client that leaves vip_channel_enabled off.
+                    log.warning(
+                        "broker: cannot listen on the VIP channel port %d (%s); clients "
+                        "with vip_channel_enabled will not reach this broker", port - 2, exc,
+                    )  # fmt: skip
+                    return port
+                await vip.stop()
+                await main.stop()
+                self._broker_server = None
+                continue
+            self._vip_server = vip
+            return port
+        raise RmqkError(
+            f"no free port pair for the broker and its VIP channel in {_VIP_PORT_ATTEMPTS} "
+            "attempts; give broker_port or vip_channel=False"
+        )
+
+    async def _handle_vip(self, conn: Any, request: Any, serialize_type: int) -> Any:
+        # Apache registers no pull processor on its fastRemotingServer: the default
+        # (admin) processor answers pulls there.
+        if request.code == RequestCode.PULL_MESSAGE:
+            from rmqk.plugins.broker.commands import make_response
+
+            return make_response(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {request.code} not supported",
+            )
+        return await self._handle(conn, request, serialize_type)
 
     async def _handle(self, conn: Any, request: Any, serialize_type: int) -> Any:
         processors = self.processors

@@ -55,6 +55,8 @@ class RemotingServer:
         self._close_listeners: list[Callable[[Connection], None]] = []
         self.host = ""
         self.port = 0
+        # Connections accepted since start, to tell which listener a client used.
+        self.accepted = 0
 
     def on_connection_closed(self, listener: Callable[[Connection], None]) -> None:
         self._close_listeners.append(listener)
@@ -173,6 +175,7 @@ class RemotingServer:
     def _accepted(self, conn: Connection) -> None:
         # Only once connected (after the TLS handshake): a failed handshake leaves no trace.
         self.connections.add(conn)
+        self.accepted += 1
         conn.add_close_callback(self._closed)
 
     def _closed(self, conn: Connection) -> None:

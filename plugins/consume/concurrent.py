@@ -80,7 +80,7 @@ class ConcurrentConsumeService:
     (a sink's group commit, say): the worker moves on at once and the chunk is
     acknowledged, or retried, when the future resolves. Flow control
     (``pull_threshold_*``, ``consume_concurrently_max_span``) then bounds what is
-    in flight, not ``consume_thread_max``.
+    in flight, not ``consume_thread_min``.
     """
 
     orderly = False
@@ -95,7 +95,8 @@ class ConcurrentConsumeService:
         self._cleaner: asyncio.Task[None] | None = None
         self._stopped = False
         opts = host.options
-        self.worker_count = max(opts.consume_thread_min, opts.consume_thread_max)
+        # Java's ThreadPoolExecutor over an unbounded queue runs only its core size.
+        self.worker_count = opts.consume_thread_min
         self._busy = 0
         self._deferred = 0  # chunks whose listener returned a future not yet resolved
         self._acks: dict[QueueView, tuple[MessageQueue, list[MessageExt]]] = {}

@@ -28,6 +28,8 @@ class AdminCalls(RemotingClient):
         timeout_ms: int | None,
         **extra: object,
     ) -> int:
+        # Java sends these queue queries through brokerVIPChannel.
+        addr = self.vip(addr)
         fields: dict[str, object] = {"topic": mq.topic, "queueId": mq.queue_id}
         fields.update(extra)
         fields["bname"] = mq.broker_name
@@ -68,11 +70,12 @@ class AdminCalls(RemotingClient):
         self, addr: str, commit_log_offset: int, timeout_ms: int | None = None
     ) -> MessageExt:
         cmd = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": commit_log_offset})
-        response = await self.invoke(addr, cmd, timeout_ms)
-        check_success(response, addr)
+        target = self.vip(addr)
+        response = await self.invoke(target, cmd, timeout_ms)
+        check_success(response, target)
         messages = decode_messages(response.body, self.broker_name_of(addr))
         if not messages:
-            raise protocol_error(addr, response.code, "VIEW_MESSAGE_BY_ID answer holds no message")
+            raise protocol_error(target, response.code, "VIEW_MESSAGE_BY_ID answer holds no message")
         return messages[0]
 
     async def create_topic(
@@ -84,6 +87,7 @@ class AdminCalls(RemotingClient):
         perm: int = 6,
         timeout_ms: int | None = None,
     ) -> None:
+        addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.UPDATE_AND_CREATE_TOPIC,
             {

@@ -93,6 +93,8 @@ class ConsumerCalls(RemotingClient):
     async def query_consumer_offset(
         self, addr: str, group: str, mq: MessageQueue, timeout_ms: int | None = None
     ) -> int | None:
+        # Java sends this through brokerVIPChannel.
+        addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.QUERY_CONSUMER_OFFSET,
             {
@@ -117,6 +119,8 @@ class ConsumerCalls(RemotingClient):
         oneway: bool = True,
         timeout_ms: int | None = None,
     ) -> None:
+        # Java sends this through brokerVIPChannel.
+        addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.UPDATE_CONSUMER_OFFSET,
             {
@@ -177,6 +181,8 @@ class ConsumerCalls(RemotingClient):
     async def get_consumer_ids(
         self, addr: str, group: str, timeout_ms: int | None = None
     ) -> list[str]:
+        # Java sends this through brokerVIPChannel.
+        addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
         )
@@ -193,6 +199,8 @@ class ConsumerCalls(RemotingClient):
         mqs: Iterable[MessageQueue],
         timeout_ms: int | None = None,
     ) -> set[MessageQueue]:
+        # Java sends this through brokerVIPChannel.
+        addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.LOCK_BATCH_MQ,
             body=bodies.encode_lock_batch_request(group, client_id, mqs),
@@ -212,6 +220,8 @@ class ConsumerCalls(RemotingClient):
         oneway: bool = False,
         timeout_ms: int | None = None,
     ) -> None:
+        # Java sends this through brokerVIPChannel.
+        addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.UNLOCK_BATCH_MQ,
             body=bodies.encode_lock_batch_request(group, client_id, mqs),
@@ -230,6 +240,8 @@ class ConsumerCalls(RemotingClient):
         max_reconsume_times: int,
         timeout_ms: int | None = None,
     ) -> None:
+        # Java sends this through brokerVIPChannel.
+        addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.CONSUMER_SEND_MSG_BACK,
             {

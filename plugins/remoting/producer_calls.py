@@ -77,6 +77,8 @@ class ProducerCalls(RemotingClient):
         timeout_ms: int | None = None,
         oneway: bool = False,
     ) -> SendResult | None:
+        # sendKernelImpl sends through brokerVIPChannel.
+        addr = self.vip(addr)
         code = RequestCode.SEND_BATCH_MESSAGE if request.batch else RequestCode.SEND_MESSAGE_V2
         cmd = RemotingCommand.request(
             code,

@@ -22,10 +22,20 @@ from rmqk.plugins.remoting.tls import client_ssl_context, server_hostname
 from rmqk.protocol import RemotingCommand
 from rmqk.transport import InboundHandler, TransportConfig
 
-__all__ = ["CLOSE_SOCKET_IF_TIMEOUT", "RemotingClient"]
+__all__ = ["CLOSE_SOCKET_IF_TIMEOUT", "VIP_CHANNEL_ENABLED", "RemotingClient", "vip_address"]
 
 # TransportConfig.options key: close a connection when a sync call on it times out.
 CLOSE_SOCKET_IF_TIMEOUT = "client_close_socket_if_timeout"
+# TransportConfig.options key: the consumer's vip_channel_enabled (ClientConfig's).
+VIP_CHANNEL_ENABLED = "vip_channel_enabled"
+
+
+def vip_address(addr: str) -> str:
+    """A broker's VIP channel: its address with the port minus 2 (MixAll.brokerVIPChannel)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        return addr
+    return f"{host}:{int(port) - 2}"
 
 
 def _serialize_type(name: str) -> SerializeType:
@@ -35,13 +45,15 @@ def _serialize_type(name: str) -> SerializeType:
         raise ConfigError(f"serialize_type {name!r} is not one of JSON, ROCKETMQ") from None
 
 
-def _close_socket_if_timeout(config: TransportConfig) -> bool:
-    value = config.options.get(CLOSE_SOCKET_IF_TIMEOUT, True)
+def _flag(config: TransportConfig, key: str, default: bool) -> bool:
+    value = config.options.get(key, default)
     if not isinstance(value, bool):
-        raise ConfigError(
-            f"transport option {CLOSE_SOCKET_IF_TIMEOUT} must be true or false, got {value!r}"
-        )
+        raise ConfigError(f"transport option {key} must be true or false, got {value!r}")
     return value
+
+
+def _close_socket_if_timeout(config: TransportConfig) -> bool:
+    return _flag(config, CLOSE_SOCKET_IF_TIMEOUT, True)
 
 
 class RemotingClient:
@@ -53,6 +65,7 @@ class RemotingClient:
         self._serialize_type = _serialize_type(config.serialize_type)
         self._ssl = client_ssl_context(config.tls)
         self._close_socket_if_timeout = _close_socket_if_timeout(config)
+        self._vip_channel = _flag(config, VIP_CHANNEL_ENABLED, False)
         self._handler: InboundHandler | None = None
         self._pool: ConnectionPool | None = None
         self._closed = False
@@ -101,6 +114,10 @@ class RemotingClient:
     def broker_name_of(self, addr: str) -> str:
         """The broker name the routes seen so far give ``addr`` ("" when unknown)."""
         return self._broker_names.get(addr, "")
+
+    def vip(self, addr: str) -> str:
+        """Where a request Java sends through brokerVIPChannel goes: ``addr``, or its VIP port."""
+        return vip_address(addr) if self._vip_channel else addr
 
     # -- hooks
 

@@ -8,7 +8,7 @@ once its flush has committed. What is Spark's here: building Arrow columns,
 writing them, and the exactly-once staging.
 
 A listener that awaits ``write`` instead of returning ``submit``'s future keeps
-at most ``consume_thread_max`` batches waiting, and a ``flush_rows`` above that
+at most ``consume_thread_min`` batches waiting, and a ``flush_rows`` above that
 is only reached through the timer (the sink logs a hint when it sees flushes
 starved that way).
 
