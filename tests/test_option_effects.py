@@ -505,3 +505,92 @@ async def test_consume_timeout_is_when_a_running_consume_counts_as_expired(broke
     finally:
         release.set()
         await c.shutdown()
+
+
+# -- the lite pull consumer's own options -----------------------------------------------
+
+
+def _lite(broker: Any, group: str, **options: Any) -> Any:
+    from rmqk.engine.lite_pull import AsyncLitePullConsumer
+
+    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    return AsyncLitePullConsumer(group, namesrv_addr=broker.namesrv_addr, **options)
+
+
+async def test_poll_timeout_ms_is_how_long_an_empty_poll_waits(broker: Any) -> None:
+    await create_topic(broker, "LiteEmpty", 1)
+    c = _lite(broker, "g-lite-empty", poll_timeout_ms=300)
+    c.subscribe("LiteEmpty")
+    async with c:
+        began = time.monotonic()
+        assert await c.poll() == []
+        waited = time.monotonic() - began
+    # The 5000 ms default would have waited five seconds.
+    assert 0.25 <= waited < 2.0, waited
+
+
+async def test_broker_suspend_max_time_millis_is_sent_with_each_pull(
+    broker_factory: Any,
+) -> None:
+    # Held pulls are checked every 100 ms rather than Apache's 5 s.
+    broker = await broker_factory(hold_check_interval=0.1)
+    await create_topic(broker, "LiteSuspend", 1)
+    seen = BrokerRequests(broker)
+    c = _lite(broker, "g-lite-suspend", broker_suspend_max_time_millis=700)
+    c.subscribe("LiteSuspend")
+    async with c:
+        await c.poll(3000)
+    pulls = [s.request.ext_fields for s in seen.of(RequestCode.PULL_MESSAGE)]
+    assert pulls and {f["suspendTimeoutMillis"] for f in pulls} == {"700"}
+    # The broker held each pull about that long before answering "no new message".
+    gaps = _gaps(seen, "LiteSuspend")
+    assert gaps and min(gaps) >= 0.6, gaps
+
+
+async def test_consumer_timeout_millis_when_suspend_gives_up_on_a_held_pull(
+    broker: Any,
+) -> None:
+    await create_topic(broker, "LiteHeld", 1)
+    seen = BrokerRequests(broker)
+
+    async def never(request: RemotingCommand) -> None:
+        return None  # no answer at all, and the connection stays free for the rest
+
+    seen.answer[RequestCode.PULL_MESSAGE] = never
+    c = _lite(
+        broker,
+        "g-lite-held",
+        broker_suspend_max_time_millis=500,
+        consumer_timeout_millis_when_suspend=1000,
+        pull_time_delay_mills_when_exception=100,
+    )
+    c.subscribe("LiteHeld")
+    async with c:
+        await asyncio.sleep(5.0)
+        seen.answer.clear()
+    # A pull unanswered after one second (the sweep runs once a second) is given up
+    # and another sent; with the 30 s default the first would still be waiting.
+    gaps = _gaps(seen, "LiteHeld")
+    assert len(gaps) >= 2 and all(0.9 <= g < 2.5 for g in gaps), gaps
+
+
+async def test_lite_fetch_thresholds_bound_what_is_buffered_before_polls(broker: Any) -> None:
+    await create_topic(broker, "LiteFlow", 2)
+    await produce(broker.namesrv_addr, "LiteFlow", (b"f" for _ in range(600)), batch=50)
+    # Nothing is polled: fetching stops at the limits, not at the 600 produced.
+    spans = _lite(broker, "g-lite-span", consume_max_span=30, pull_batch_size=5)
+    spans.subscribe("LiteFlow")
+    async with spans:
+        await wait_for(lambda: len(spans.queues.states) == 2, 10, "both queues")
+        await asyncio.sleep(1.5)
+        counts = [s.pq.msg_count for s in spans.queues.states.values()]
+    assert all(0 < n <= 30 + 1 + 5 for n in counts), counts
+
+    total = _lite(broker, "g-lite-all", pull_threshold_for_all=40, pull_batch_size=5)
+    total.subscribe("LiteFlow")
+    async with total:
+        await wait_for(lambda: len(total.queues.states) == 2, 10, "both queues")
+        await asyncio.sleep(1.5)
+        buffered = sum(s.pq.msg_count for s in total.queues.states.values())
+    # Fetching pauses once buffered batches x 5 exceed 40: a batch per queue over it.
+    assert 0 < buffered <= 40 + 5 + 2 * 5, buffered

@@ -1,4 +1,9 @@
-"""The lite pull consumer's own options: their table, defaults and validator."""
+"""The lite pull consumer's own options: their table, defaults and validator.
+
+A declarative table like :mod:`rmqk.consumer_options`: each field of
+:class:`LitePullOptions` carries its :class:`~rmqk.optionspec.OptionSpec`, which
+validates it and generates its entry in the config reference.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,11 @@ from typing import Any
 import attrs
 
 from rmqk.errors import ConfigError, ConfigProblem
-from rmqk.options import ConsumerOptions, Where, describe_value, validate_options
+from rmqk.optionspec import OptionSpec, OptionType, convert_values, option, option_specs
+from rmqk.options import ConsumerOptions, Where, validate_options
 
 __all__ = [
+    "LITE_OPTIONS",
     "LITE_PULL_OPTION_NAMES",
     "PUSH_ONLY_OPTIONS",
     "LitePullOptions",
@@ -54,28 +61,65 @@ class LitePullOptions:
     ``pullThreadNums`` is missing too: fetchers are asyncio tasks, not threads.
     """
 
-    auto_commit: bool = True
-    auto_commit_interval_ms: int = 5_000
-    poll_timeout_ms: int = 5_000
-    # Fetching pauses while buffered batches times pull_batch_size exceed this.
-    pull_threshold_for_all: int = 10_000
-    # Fetching a queue pauses while its buffered offsets span more than this.
-    consume_max_span: int = 2_000
-    broker_suspend_max_time_millis: int = 20_000
-    consumer_timeout_millis_when_suspend: int = 30_000
+    auto_commit: bool = option(
+        OptionType.BOOL,
+        "Commit what earlier polls returned, every auto_commit_interval_ms, from poll.",
+        True,
+        java_name="autoCommit",
+    )
+    auto_commit_interval_ms: int = option(
+        OptionType.INT,
+        "How often auto commit commits (Java ignores values below 1000; rmqk rejects them).",
+        5_000,
+        java_name="autoCommitIntervalMillis",
+        minimum=MIN_AUTO_COMMIT_INTERVAL_MS,
+        unit="ms",
+    )
+    poll_timeout_ms: int = option(
+        OptionType.INT,
+        "How long poll waits for messages when it is given no timeout.",
+        5_000,
+        java_name="pollTimeoutMillis",
+        minimum=0,
+        unit="ms",
+    )
+    pull_threshold_for_all: int = option(
+        OptionType.INT,
+        "Fetching pauses while the buffered batches times pull_batch_size exceed this.",
+        10_000,
+        java_name="pullThresholdForAll",
+        minimum=1,
+        unit="messages",
+    )
+    consume_max_span: int = option(
+        OptionType.INT,
+        "Fetching a queue pauses while its buffered offsets span more than this.",
+        2_000,
+        java_name="consumeMaxSpan",
+        minimum=1,
+        unit="offsets",
+    )
+    broker_suspend_max_time_millis: int = option(
+        OptionType.INT,
+        "How long the broker holds a pull that finds no message (long polling).",
+        20_000,
+        java_name="brokerSuspendMaxTimeMillis",
+        minimum=1,
+        unit="ms",
+    )
+    consumer_timeout_millis_when_suspend: int = option(
+        OptionType.INT,
+        "How long a long-polling pull waits for the broker's answer; must exceed "
+        "broker_suspend_max_time_millis.",
+        30_000,
+        java_name="consumerTimeoutMillisWhenSuspend",
+        minimum=1,
+        unit="ms",
+    )
 
 
-# Each lite pull option: its type (bool or int) and smallest allowed value.
-_LITE_SPECS: dict[str, tuple[type, int]] = {
-    "auto_commit": (bool, 0),
-    "auto_commit_interval_ms": (int, MIN_AUTO_COMMIT_INTERVAL_MS),
-    "poll_timeout_ms": (int, 0),
-    "pull_threshold_for_all": (int, 1),
-    "consume_max_span": (int, 1),
-    "broker_suspend_max_time_millis": (int, 1),
-    "consumer_timeout_millis_when_suspend": (int, 1),
-}
-LITE_PULL_OPTION_NAMES = frozenset(_LITE_SPECS)
+LITE_OPTIONS: Mapping[str, OptionSpec] = option_specs(LitePullOptions)
+LITE_PULL_OPTION_NAMES = frozenset(LITE_OPTIONS)
 
 
 def resolve_lite_pull_options(
@@ -87,26 +131,11 @@ def resolve_lite_pull_options(
     defaults to the lite pull consumer's 10 rather than the push consumer's 32.
     """
     problems: list[ConfigProblem] = []
-    lite: dict[str, Any] = {}
     common: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for key, value in mapping.items():
-        if key in _LITE_SPECS:
-            kind, minimum = _LITE_SPECS[key]
-            if kind is bool:
-                if not isinstance(value, bool):
-                    problems.append(
-                        where.problem(key, f"must be true or false, got {describe_value(value)}")
-                    )
-                    continue
-            elif isinstance(value, bool) or not isinstance(value, int):
-                problems.append(
-                    where.problem(key, f"must be an integer, got {describe_value(value)}")
-                )
-                continue
-            elif value < minimum:
-                problems.append(where.problem(key, f"must be at least {minimum}, got {value}"))
-                continue
-            lite[key] = value
+        if key in LITE_OPTIONS:
+            given[key] = value
         elif key in PUSH_ONLY_OPTIONS:
             problems.append(
                 where.problem(
@@ -115,6 +144,8 @@ def resolve_lite_pull_options(
             )
         else:
             common[key] = value
+    lite, lite_problems = convert_values(LITE_OPTIONS, given, where)
+    problems.extend(lite_problems)
     if options is None:
         common.setdefault("pull_batch_size", DEFAULT_PULL_BATCH_SIZE)
         options, more = validate_options(common, where)
