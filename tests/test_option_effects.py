@@ -594,3 +594,75 @@ async def test_lite_fetch_thresholds_bound_what_is_buffered_before_polls(broker:
         buffered = sum(s.pq.msg_count for s in total.queues.states.values())
     # Fetching pauses once buffered batches x 5 exceed 40: a batch per queue over it.
     assert 0 < buffered <= 40 + 5 + 2 * 5, buffered
+
+
+# -- producer options ------------------------------------------------------------------
+
+
+async def test_compress_msg_body_over_howmuch_compresses_bodies_above_it(broker: Any) -> None:
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.message import Message
+
+    await create_topic(broker, "Zip", 1)
+    seen = BrokerRequests(broker)
+    body = b"compressible " * 40  # 520 bytes: below the 4096 default
+    async with AsyncProducer(
+        "p-zip", namesrv_addr=broker.namesrv_addr, compress_msg_body_over_howmuch=100
+    ) as p:
+        await p.send(Message("Zip", body))
+    (send,) = seen.of(RequestCode.SEND_MESSAGE_V2)
+    # MessageSysFlag.COMPRESSED_FLAG, and the body on the wire is the smaller zlib form.
+    assert int(send.request.ext_fields["f"]) & 1
+    assert len(send.request.body) < len(body)
+    c = await _consume_some(broker, "Zip", 1)
+    await c.shutdown()
+
+
+async def test_max_message_size_refuses_a_larger_body_before_sending(broker: Any) -> None:
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.errors import ClientError
+    from rmqk.message import Message
+
+    await create_topic(broker, "Big", 1)
+    seen = BrokerRequests(broker)
+    async with AsyncProducer("p-big", namesrv_addr=broker.namesrv_addr, max_message_size=100) as p:
+        with pytest.raises(ClientError, match="MAX: 100"):
+            await p.send(Message("Big", b"x" * 101))
+        await p.send(Message("Big", b"x" * 100))
+    assert len(seen.of(RequestCode.SEND_MESSAGE_V2)) == 1
+
+
+async def test_default_topic_queue_nums_sizes_an_auto_created_topic(broker: Any) -> None:
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.message import Message
+
+    seen = BrokerRequests(broker)
+    async with AsyncProducer(
+        "p-auto", namesrv_addr=broker.namesrv_addr, default_topic_queue_nums=2
+    ) as p:
+        await p.send(Message("AutoTwo", b"a"))
+    sends = seen.of(RequestCode.SEND_MESSAGE_V2)
+    assert sends and {s.request.ext_fields["d"] for s in sends} == {"2"}
+    route = broker.namesrv.routes.route("AutoTwo")
+    assert route is not None and [q["writeQueueNums"] for q in route["queueDatas"]] == [2]
+
+
+async def test_latency_tables_set_how_long_a_broker_is_avoided(broker: Any) -> None:
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.message import Message
+
+    await create_topic(broker, "Latency", 1)
+    async with AsyncProducer(
+        "p-tables",
+        namesrv_addr=broker.namesrv_addr,
+        send_latency_fault_enable=True,
+        latency_max=[0],
+        not_available_duration=[2000],
+    ) as p:
+        await p.send(Message("Latency", b"l"))
+        # Any latency reaches the one 0 ms step: unavailable for 2000 ms. Java's
+        # tables would leave a quick send's broker available at once.
+        item = p.fault_strategy.tolerance.item(broker.broker_name)
+        assert item is not None
+        left = item.start_timestamp - p.fault_strategy.tolerance.clock()
+        assert 1500 < left <= 2000

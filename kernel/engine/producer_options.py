@@ -12,6 +12,7 @@ import attrs
 
 from rmqk.engine.fault_strategy import DEFAULT_LATENCY_MAX, DEFAULT_NOT_AVAILABLE_DURATION
 from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.optionspec import OptionType, option
 from rmqk.protocol import ResponseCode
 
 __all__ = [
@@ -37,20 +38,111 @@ _WHERE = "<options>"
 
 @attrs.frozen
 class ProducerOptions:
-    send_msg_timeout: int = 3000
-    retry_times_when_send_failed: int = 2
-    retry_times_when_send_async_failed: int = 2
-    retry_another_broker_when_not_store_ok: bool = False
-    send_latency_fault_enable: bool = False
-    latency_max: tuple[int, ...] = DEFAULT_LATENCY_MAX
-    not_available_duration: tuple[int, ...] = DEFAULT_NOT_AVAILABLE_DURATION
-    retry_response_codes: frozenset[int] = DEFAULT_RETRY_RESPONSE_CODES
-    compress_msg_body_over_howmuch: int = 4096
-    max_message_size: int = 4 * 1024 * 1024
-    default_topic_queue_nums: int = 4
+    """One resolved set of producer options; build it with :meth:`build`.
+
+    Each field carries its :class:`~rmqk.optionspec.OptionSpec` (for the config
+    reference and the option audit); :meth:`build` checks the values.
+    """
+
+    send_msg_timeout: int = option(
+        OptionType.INT,
+        "One time budget for a send and all its retries.",
+        3000,
+        java_name="sendMsgTimeout",
+        minimum=1,
+        unit="ms",
+    )
+    retry_times_when_send_failed: int = option(
+        OptionType.INT,
+        "Retries of a synchronous send after a retried failure (retry_response_codes, "
+        "connection errors).",
+        2,
+        java_name="retryTimesWhenSendFailed",
+        minimum=0,
+    )
+    retry_times_when_send_async_failed: int = option(
+        OptionType.INT,
+        "Retries of an asynchronous send.",
+        2,
+        java_name="retryTimesWhenSendAsyncFailed",
+        minimum=0,
+    )
+    retry_another_broker_when_not_store_ok: bool = option(
+        OptionType.BOOL,
+        "Retry on another broker when the broker answers a status other than SEND_OK "
+        "(flush or slave timeouts).",
+        False,
+        java_name="retryAnotherBrokerWhenNotStoreOK",
+    )
+    send_latency_fault_enable: bool = option(
+        OptionType.BOOL,
+        "Avoid, for a while, a broker whose sends were slow or failed (MQFaultStrategy).",
+        False,
+        java_name="sendLatencyFaultEnable",
+    )
+    latency_max: tuple[int, ...] = option(
+        OptionType.ANY,
+        "Latency steps (ascending, ms): a send at least this slow makes its broker "
+        "unavailable for the matching not_available_duration.",
+        DEFAULT_LATENCY_MAX,
+        default_text=str(list(DEFAULT_LATENCY_MAX)),
+        java_name="latencyMax",
+        unit="ms",
+    )
+    not_available_duration: tuple[int, ...] = option(
+        OptionType.ANY,
+        "How long a broker is avoided after a send reached each latency_max step.",
+        DEFAULT_NOT_AVAILABLE_DURATION,
+        default_text=str(list(DEFAULT_NOT_AVAILABLE_DURATION)),
+        java_name="notAvailableDuration",
+        unit="ms",
+    )
+    retry_response_codes: frozenset[int] = option(
+        OptionType.ANY,
+        "Broker response codes a synchronous send retries; any other error fails at once.",
+        DEFAULT_RETRY_RESPONSE_CODES,
+        default_text=str(sorted(DEFAULT_RETRY_RESPONSE_CODES)),
+        java_name="retryResponseCodes",
+    )
+    compress_msg_body_over_howmuch: int = option(
+        OptionType.INT,
+        "Bodies longer than this are sent zlib-compressed (not in batches).",
+        4096,
+        java_name="compressMsgBodyOverHowmuch",
+        minimum=0,
+        unit="bytes",
+    )
+    max_message_size: int = option(
+        OptionType.INT,
+        "Largest body a send accepts; a larger one fails before anything is sent.",
+        4 * 1024 * 1024,
+        java_name="maxMessageSize",
+        minimum=1,
+        unit="bytes",
+    )
+    default_topic_queue_nums: int = option(
+        OptionType.INT,
+        "Queues of a topic the broker creates on the first send to it.",
+        4,
+        java_name="defaultTopicQueueNums",
+        minimum=1,
+        unit="queues",
+    )
     # Java's enableMsgTrace and customizedTraceTopic: acted on by the ``trace`` plugin.
-    enable_msg_trace: bool = False
-    customized_trace_topic: str | None = None
+    enable_msg_trace: bool = option(
+        OptionType.BOOL,
+        "Trace every send (the trace plugin publishes a trace record per message).",
+        False,
+        java_name="enableMsgTrace",
+    )
+    customized_trace_topic: str | None = option(
+        OptionType.STR,
+        "The topic trace records go to instead of RMQ_SYS_TRACE_TOPIC.",
+        None,
+        default_text="(none: RMQ_SYS_TRACE_TOPIC)",
+        java_name="customizedTraceTopic",
+        nullable=True,
+    )
 
     @classmethod
     def build(
