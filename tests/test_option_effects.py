@@ -666,3 +666,82 @@ async def test_latency_tables_set_how_long_a_broker_is_avoided(broker: Any) -> N
         assert item is not None
         left = item.start_timestamp - p.fault_strategy.tolerance.clock()
         assert 1500 < left <= 2000
+
+
+# -- the plugins a consumer is composed of ----------------------------------------------
+
+
+async def test_transport_names_the_registered_transport_the_consumer_talks_through(
+    broker: Any,
+) -> None:
+    from rmqk.hookspecs import hookimpl
+    from rmqk.plugins.remoting import create_tcp_transport
+    from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
+
+    made: list[Any] = []
+
+    class CountingTransport:
+        @hookimpl
+        def rmqk_register_transports(self, register: Any) -> None:
+            def factory(config: Any, hook: Any = None) -> Any:
+                made.append(config)
+                return create_tcp_transport(config, hook)
+
+            register("counted-tcp", factory)
+
+    await create_topic(broker, "Via", 1)
+    await produce(broker.namesrv_addr, "Via", [b"v"])
+    reset_plugin_manager()
+    get_plugin_manager().register(CountingTransport(), name="counted-tcp")
+    try:
+        c = await _consume_some(broker, "Via", 1, transport="counted-tcp")
+        await c.shutdown()
+    finally:
+        reset_plugin_manager()
+    assert len(made) == 1 and made[0].namesrv_addrs == (broker.namesrv_addr,)
+
+
+async def test_offset_store_and_its_options_choose_where_offsets_are_kept(
+    broker: Any, tmp_path: Any
+) -> None:
+    from engine_support import committed_offsets
+
+    await create_topic(broker, "Local", 1)
+    await produce(broker.namesrv_addr, "Local", (b"l" for _ in range(5)))
+    c = await _consume_some(
+        broker,
+        "Local",
+        5,
+        offset_store="local-file",
+        offset_store_options={"dir": str(tmp_path / "offsets")},
+    )
+    await c.shutdown()
+    # A clustering consumer's offsets went to the file, not to the broker.
+    (path,) = (tmp_path / "offsets").rglob("offsets.json")
+    assert "Local" in path.read_text()
+    on_broker = await committed_offsets(
+        broker.namesrv_addr, broker.broker_addr, "g-Local", "Local", 1
+    )
+    # The broker knows no commit (Apache answers 0 for a group with none on a new queue).
+    assert on_broker[0] in (None, 0)
+
+
+async def test_allocate_options_configure_the_allocation_strategy(broker: Any) -> None:
+    await create_topic(broker, "Pick", 4)
+    c = consumer(
+        broker,
+        "g-pick",
+        allocate_message_queue_strategy="CONFIG",
+        allocate_options={
+            "queues": [{"topic": "Pick", "broker_name": broker.broker_name, "queue_id": 2}]
+        },
+    )
+    c.subscribe("Pick")
+    c.register_listener(lambda msgs: None)
+    await c.start()
+    try:
+        await wait_for(lambda: len(list(_cached(c, "Pick"))) == 1, 20, "the configured queue")
+        (mq,) = (mq for mq in c.rebalance.process_queue_table if mq.topic == "Pick")
+        assert mq.queue_id == 2
+    finally:
+        await c.shutdown()

@@ -53,8 +53,29 @@ def _option_section(spec: Any) -> str:
         rows.append(("Java", f"`{spec.java_name}`"))
     if spec.value_type is OptionType.ADDRESSES:
         rows.append(("form", '`"host:port;host:port"` or `["host:port", ...]`'))
+    if spec.compat_only:
+        rows.append(("effect", f"none: {COMPAT_ONLY} {_cell(spec.compat_only)}"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    return f"### {spec.name}\n\n{spec.doc}\n\n| | |\n| --- | --- |\n{table}\n"
+    # The heading stays the bare name: other pages link to it by that anchor.
+    mark = "**Java compatibility only: no effect.** " if spec.compat_only else ""
+    return f"### {spec.name}\n\n{mark}{spec.doc}\n\n| | |\n| --- | --- |\n{table}\n"
+
+
+COMPAT_ONLY = "accepted so Java settings carry over, and ignored."
+
+
+def compat_only_summary(specs: Any) -> str:
+    """The options of ``specs`` accepted for Java compatibility only, one line each."""
+    marked = [s for s in specs if s.compat_only]
+    if not marked:
+        return ""
+    lines = [f"- `{s.name}`: {_cell(s.compat_only)}" for s in marked]
+    return (
+        "These options are accepted so that Java settings carry over, and have no effect "
+        "(the reason is Java 4.9.8's own behaviour or what rmqk has no counterpart for):\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 def config_reference() -> str:
@@ -70,6 +91,7 @@ def config_reference() -> str:
     ]
     consuming = [o for o in OPTIONS[first_consumer:] if o not in plugins]
     parts = [
+        "## Options accepted for Java compatibility only\n\n" + compat_only_summary(OPTIONS),
         "## What the consumer is\n\n"
         "The group, what it subscribes to and where its messages go. `group`, "
         "`namesrv_addr` and `subscription` are required.\n",
@@ -109,7 +131,10 @@ def options_table(cls: type, extra: list[tuple[str, str, str, str, str]] | None 
         default = spec.default_repr
         if spec.default_text is None and spec.required is None:
             default = f"`{default}`"
-        rows.append((f"`{spec.name}`", kind, default, allowed, spec.doc))
+        doc = spec.doc
+        if spec.compat_only:
+            doc = f"{doc} **Java compatibility only**: {COMPAT_ONLY} {spec.compat_only}"
+        rows.append((f"`{spec.name}`", kind, default, allowed, doc))
     for key, kind, default, allowed, doc in extra or []:
         rows.append((f"`{key}`", kind, default, allowed, doc))
     if not rows:
@@ -296,7 +321,23 @@ def spark_columns() -> str:
     return "```text\n" + ",\n".join(fields) + "\n```\n"
 
 
+def lite_pull_options() -> str:
+    """The lite pull consumer's own options, from their declarations."""
+    from rmqk.engine.lite_pull.options import LitePullOptions
+
+    return options_table(LitePullOptions)
+
+
+def producer_options() -> str:
+    """The producer's options, from their declarations."""
+    from rmqk.engine.producer_options import ProducerOptions
+
+    return options_table(ProducerOptions)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "lite-pull-options": lite_pull_options,
+    "producer-options": producer_options,
     "java-options": java_options,
     "spark-sink-options": spark_sink_options,
     "plugin-options": plugin_options,
