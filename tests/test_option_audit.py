@@ -218,5 +218,6 @@ def test_the_audit_reads_values_not_names() -> None:
     here = "tests/test_option_audit.py::test_the_audit_reads_values_not_names"
     assert find_test(here) is not None
     assert not is_exercised(here, spec)
-    assert is_exercised(E + "test_pull_batch_size_and_post_subscription_when_pull_shape_each_pull", spec)
+    shaped = E + "test_pull_batch_size_and_post_subscription_when_pull_shape_each_pull"
+    assert is_exercised(shaped, spec)
     assert find_test(E + "test_no_such_test") is None

@@ -9,6 +9,7 @@ how often they come.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -91,7 +92,7 @@ async def test_vip_channel_enabled_sends_offsets_and_send_backs_to_the_port_minu
     broker: Any,
 ) -> None:
     assert broker.vip_server is not None
-    host, _, port = broker.broker_addr.rpartition(":")
+    port = broker.broker_addr.rpartition(":")[2]
     assert broker.vip_server.port == int(port) - 2
     await create_topic(broker, "Vip", 2)
     await produce(broker.namesrv_addr, "Vip", (b"v%d" % i for i in range(20)))
@@ -189,9 +190,8 @@ async def test_unit_mode_is_sent_in_heartbeats(broker: Any) -> None:
     await c.start()
     await c.shutdown()
     beats = [json.loads(s.request.body) for s in seen.of(RequestCode.HEART_BEAT)]
-    assert beats and all(
-        d["unitMode"] is True for b in beats for d in b["consumerDataSet"] if d["groupName"] == "g-unit"
-    )
+    ours = [d for b in beats for d in b["consumerDataSet"] if d["groupName"] == "g-unit"]
+    assert ours and all(d["unitMode"] is True for d in ours)
 
 
 async def test_heartbeat_broker_interval_sets_how_often_heartbeats_come(broker: Any) -> None:
@@ -308,7 +308,7 @@ def _gaps(seen: BrokerRequests, topic: str) -> list[float]:
     times = [
         s.at for s in seen.of(RequestCode.PULL_MESSAGE) if s.request.ext_fields["topic"] == topic
     ]
-    return [b - a for a, b in zip(times, times[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 async def test_pull_interval_spaces_the_pulls_of_a_queue(broker: Any) -> None:
@@ -675,8 +675,8 @@ async def test_transport_names_the_registered_transport_the_consumer_talks_throu
     broker: Any,
 ) -> None:
     from rmqk.hookspecs import hookimpl
-    from rmqk.plugins.remoting import create_tcp_transport
     from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
+    from rmqk.plugins.remoting import create_tcp_transport
 
     made: list[Any] = []
 

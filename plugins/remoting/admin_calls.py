@@ -75,7 +75,9 @@ class AdminCalls(RemotingClient):
         check_success(response, target)
         messages = decode_messages(response.body, self.broker_name_of(addr))
         if not messages:
-            raise protocol_error(target, response.code, "VIEW_MESSAGE_BY_ID answer holds no message")
+            raise protocol_error(
+                target, response.code, "VIEW_MESSAGE_BY_ID answer holds no message"
+            )
         return messages[0]
 
     async def create_topic(

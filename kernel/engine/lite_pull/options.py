@@ -13,8 +13,8 @@ from typing import Any
 import attrs
 
 from rmqk.errors import ConfigError, ConfigProblem
-from rmqk.optionspec import OptionSpec, OptionType, convert_values, option, option_specs
 from rmqk.options import ConsumerOptions, Where, validate_options
+from rmqk.optionspec import OptionSpec, OptionType, convert_values, option, option_specs
 
 __all__ = [
     "LITE_OPTIONS",
