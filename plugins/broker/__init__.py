@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rmqk.errors import RmqkError
 from rmqk.hookspecs import Register, hookimpl
 from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.protocol import ResponseCode
 
 if TYPE_CHECKING:
     from rmqk.plugins.broker.acl import AccessValidator, AclConfig
@@ -54,8 +54,6 @@ T = TypeVar("T")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-# Tries at a free broker port whose VIP port (minus 2) is free too.
-_VIP_PORT_ATTEMPTS = 50
 
 
 class EmbeddedBroker:
@@ -237,6 +235,7 @@ class EmbeddedBroker:
         from rmqk.plugins.broker.processors import BrokerProcessors, BrokerSettings
         from rmqk.plugins.broker.server import RemotingServer
         from rmqk.plugins.broker.store import MessageStore
+        from rmqk.plugins.broker.vip import listen
 
         if self.running:
             raise RmqkError("the embedded broker is already started")
@@ -254,7 +253,17 @@ class EmbeddedBroker:
 
             # The store stamps the broker's address into every record, so the
             # port must be bound before the store opens.
-            port = await self._listen(RemotingServer)
+            listeners = await listen(
+                lambda name, handle: RemotingServer(
+                    name, handle, idle_timeout=self.idle_timeout, tls=self.tls
+                ),
+                self._handle,
+                self.host,
+                self._broker_port,
+                vip=self.vip_channel,
+            )
+            self._broker_server, self._vip_server = listeners.main, listeners.vip
+            port = listeners.main.port
             self._broker_addr = self._advertise(port)
 
             store_kwargs: dict[str, Any] = {
@@ -358,52 +367,6 @@ class EmbeddedBroker:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-    async def _listen(self, server_type: Any) -> int:
-        """Bind the broker port and, one below its two, the VIP channel; the broker port."""
-        for _attempt in range(_VIP_PORT_ATTEMPTS):
-            main = server_type("broker", self._handle, idle_timeout=self.idle_timeout, tls=self.tls)
-            self._broker_server = main
-            port: int = await main.start(self.host, self._broker_port)
-            if not self.vip_channel or port <= 2:
-                return port
-            vip = server_type(
-                "broker-vip", self._handle_vip, idle_timeout=self.idle_timeout, tls=self.tls
-            )
-            try:
-                await vip.start(self.host, port - 2)
-            except OSError as exc:
-                if self._broker_port != 0:
-                    # Apache would not start; a broker on a chosen port still serves
-                    # every client that leaves vip_channel_enabled off.
-                    log.warning(
-                        "broker: cannot listen on the VIP channel port %d (%s); clients "
-                        "with vip_channel_enabled will not reach this broker", port - 2, exc,
-                    )  # fmt: skip
-                    return port
-                await vip.stop()
-                await main.stop()
-                self._broker_server = None
-                continue
-            self._vip_server = vip
-            return port
-        raise RmqkError(
-            f"no free port pair for the broker and its VIP channel in {_VIP_PORT_ATTEMPTS} "
-            "attempts; give broker_port or vip_channel=False"
-        )
-
-    async def _handle_vip(self, conn: Any, request: Any, serialize_type: int) -> Any:
-        # Apache registers no pull processor on its fastRemotingServer: the default
-        # (admin) processor answers pulls there.
-        if request.code == RequestCode.PULL_MESSAGE:
-            from rmqk.plugins.broker.commands import make_response
-
-            return make_response(
-                request,
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                f" request type {request.code} not supported",
-            )
-        return await self._handle(conn, request, serialize_type)
 
     async def _handle(self, conn: Any, request: Any, serialize_type: int) -> Any:
         processors = self.processors
