@@ -90,10 +90,8 @@ class EmbeddedBroker:
     ``transaction_check_interval`` (60); ``reject_transaction_message`` refuses half
     messages instead. See ``rmqk.plugins.broker.transaction_check``.
 
-    Like Apache's fastRemotingServer, the broker also listens on its port minus 2
-    (the VIP channel clients with ``vip_channel_enabled`` use), serving every
-    request but pulls. With ``broker_port=0`` a port whose VIP port is free too is
-    chosen; ``vip_channel=False`` listens on the one port only.
+    Like Apache's, the broker also listens on its port minus 2, the VIP channel
+    (``rmqk.plugins.broker.vip``); ``vip_channel=False`` listens on one port only.
     """
 
     def __init__(
