@@ -103,6 +103,9 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
         E + "test_pull_batch_size_and_post_subscription_when_pull_shape_each_pull",
         PUSH + "test_slow_listener_keeps_process_queue_within_thresholds",
     ),
+    "max_decompressed_body_size": (
+        "tests/test_faults_bad_records.py::test_a_smaller_cap_makes_a_large_body_a_bad_record",
+    ),
     "post_subscription_when_pull": (
         E + "test_pull_batch_size_and_post_subscription_when_pull_shape_each_pull",
     ),
