@@ -138,16 +138,13 @@ class ConsumerOptions:
     )
     access_channel: AccessChannel = _option(  # noqa: RUF009
         OptionType.ENUM,
-        "LOCAL for a private cluster, CLOUD for a cloud service.",
+        "LOCAL for a private cluster, CLOUD for a cloud service. As in Java 4.9.8 it "
+        "changes only message tracing (enable_msg_trace): CLOUD writes trace records to "
+        "the region's trace topic (RMQ_SYS_TRACE_TOPIC_<region>) in the shorter cloud "
+        "format; requests, topics and ACL signing are the same on both channels.",
         AccessChannel.LOCAL,
         java_name="accessChannel",
         enum_type=AccessChannel,
-        compat_only=(
-            "Java 4.9.8 reads it only for message tracing (the trace topic's name and the "
-            "trace data format of AsyncTraceDispatcher / TraceDataEncoder) and copies it into "
-            "the consume hooks' context; rmqk has no message tracing, and requests, topics "
-            "and ACL signing are the same on both channels."
-        ),
     )
     vip_channel_enabled: bool = _option(
         OptionType.BOOL,

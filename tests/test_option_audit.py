@@ -38,6 +38,14 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
     "namespace": (
         "tests/test_namespace.py::test_namespaced_producer_and_consumer_exchange_messages",
     ),
+    "access_channel": (E + "test_access_channel_cloud_sends_consume_traces_to_the_regions_topic",),
+    "enable_msg_trace": (
+        "tests/test_trace.py::test_traces_of_sends_successes_failures_and_retries",
+        E + "test_access_channel_cloud_sends_consume_traces_to_the_regions_topic",
+    ),
+    "customized_trace_topic": (
+        "tests/test_trace.py::test_lite_pull_traces_each_found_pull_as_java",
+    ),
     "vip_channel_enabled": (
         E + "test_vip_channel_enabled_sends_offsets_and_send_backs_to_the_port_minus_two",
     ),
@@ -71,9 +79,7 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
     "offset_store_options": (
         E + "test_offset_store_and_its_options_choose_where_offsets_are_kept",
     ),
-    "transport": (
-        E + "test_transport_names_the_registered_transport_the_consumer_talks_through",
-    ),
+    "transport": (E + "test_transport_names_the_registered_transport_the_consumer_talks_through",),
     "transport_options": (
         E + "test_producer_with_the_vip_transport_option_sends_to_the_vip_listener",
     ),
@@ -96,9 +102,7 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
     "pull_threshold_for_topic": (E + "test_pull_thresholds_bound_what_a_queue_caches",),
     "pull_threshold_size_for_topic": (E + "test_pull_thresholds_bound_what_a_queue_caches",),
     "pull_interval": (E + "test_pull_interval_spaces_the_pulls_of_a_queue",),
-    "consume_message_batch_max_size": (
-        PUSH + "test_consumes_everything_once_and_commits_the_end",
-    ),
+    "consume_message_batch_max_size": (PUSH + "test_consumes_everything_once_and_commits_the_end",),
     "pull_batch_size": (
         E + "test_pull_batch_size_and_post_subscription_when_pull_shape_each_pull",
         PUSH + "test_slow_listener_keeps_process_queue_within_thresholds",
@@ -159,6 +163,12 @@ PRODUCER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
         E + "test_compress_msg_body_over_howmuch_compresses_bodies_above_it",
     ),
     "max_message_size": (E + "test_max_message_size_refuses_a_larger_body_before_sending",),
+    "enable_msg_trace": (
+        "tests/test_trace.py::test_traces_of_sends_successes_failures_and_retries",
+    ),
+    "customized_trace_topic": (
+        E + "test_producer_customized_trace_topic_receives_its_send_traces",
+    ),
     "default_topic_queue_nums": (E + "test_default_topic_queue_nums_sizes_an_auto_created_topic",),
 }
 
@@ -176,9 +186,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("table", "name"), CASES)
-def test_every_option_is_shown_to_work_or_marked_compatibility_only(
-    table: str, name: str
-) -> None:
+def test_every_option_is_shown_to_work_or_marked_compatibility_only(table: str, name: str) -> None:
     specs, registry = TABLES[table]
     spec = specs[name]
     tests = registry.get(name, ())
@@ -193,8 +201,7 @@ def test_every_option_is_shown_to_work_or_marked_compatibility_only(
     for node_id in tests:
         assert find_test(node_id) is not None, f"{name}: no test {node_id}"
         assert is_exercised(node_id, spec), (
-            f"{node_id} does not give {name} a value other than its default "
-            f"({spec.default_repr})"
+            f"{node_id} does not give {name} a value other than its default ({spec.default_repr})"
         )
 
 
@@ -207,7 +214,6 @@ def test_the_registry_names_only_options_of_its_table(table: str) -> None:
 def test_the_known_compatibility_only_options() -> None:
     marked = {n for n, s in OPTIONS_BY_NAME.items() if s.compat_only is not None}
     assert marked == {
-        "access_channel",
         "client_callback_executor_threads",
         "consume_thread_max",
         "adjust_thread_pool_nums_threshold",

@@ -745,3 +745,59 @@ async def test_allocate_options_configure_the_allocation_strategy(broker: Any) -
         assert mq.queue_id == 2
     finally:
         await c.shutdown()
+
+
+async def test_access_channel_cloud_sends_consume_traces_to_the_regions_topic(
+    broker: Any,
+) -> None:
+    from rmqk.plugins.trace.lookup import find_trace_messages, trace_views
+
+    await create_topic(broker, "Cloudy", 1)
+    await produce(broker.namesrv_addr, "Cloudy", [b"c"])
+    got: list[MessageExt] = []
+    c = consumer(broker, "g-cloudy", enable_msg_trace=True, access_channel="CLOUD")
+    c.subscribe("Cloudy")
+
+    @c.register_listener
+    async def handle(msgs: list[MessageExt]) -> None:
+        got.extend(msgs)
+
+    await c.start()
+    try:
+        await wait_for(lambda: len(got) == 1, 30, "the message")
+    finally:
+        await c.shutdown()  # flushes the traces
+    msg_id = got[0].msg_id
+
+    # Java's getTraceTopicName: a CLOUD client writes to its region's trace topic
+    # (rmq_sys_TRACE_DATA_<region>), in the cloud record format; LOCAL, the default,
+    # writes to RMQ_SYS_TRACE_TOPIC, which is never created here.
+    topics = broker.namesrv.routes.topics()
+    (cloud_topic,) = (t for t in topics if t.startswith("rmq_sys_TRACE_DATA_"))
+    assert "RMQ_SYS_TRACE_TOPIC" not in topics
+    found = await find_trace_messages([broker.namesrv_addr], cloud_topic, msg_id)
+    cloud = [v.context for v in trace_views(msg_id, found)]
+    before, after = cloud
+    assert (before.trace_type.name, before.group_name) == ("SubBefore", "g-cloudy")
+    # The cloud SubAfter record leaves out the time stamp and the group.
+    assert after.trace_type.name == "SubAfter" and after.cloud
+
+
+async def test_producer_customized_trace_topic_receives_its_send_traces(broker: Any) -> None:
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.message import Message
+    from rmqk.plugins.trace.lookup import find_trace_messages, trace_views
+
+    await create_topic(broker, "TracedSend", 1)
+    async with AsyncProducer(
+        "p-traced",
+        namesrv_addr=broker.namesrv_addr,
+        enable_msg_trace=True,
+        customized_trace_topic="MyTraces",
+    ) as p:
+        sent = await p.send(Message("TracedSend", b"t"))
+    topics = broker.namesrv.routes.topics()
+    assert "MyTraces" in topics and "RMQ_SYS_TRACE_TOPIC" not in topics
+    found = await find_trace_messages([broker.namesrv_addr], "MyTraces", sent.msg_id)
+    (pub,) = [v.context for v in trace_views(sent.msg_id, found)]
+    assert (pub.trace_type.name, pub.group_name) == ("Pub", "p-traced")
