@@ -316,11 +316,10 @@ def test_broker_conf_keys(tmp_path: Path) -> None:
     )
     from rmqk.plugins.broker.cli import _transaction_settings
 
-    assert _transaction_settings(tx_conf) == {
-        "transaction_timeout": 3.0,
-        "transaction_check_max": 5,
-        "transaction_check_interval": 1.5,
-    }
+    settings = _transaction_settings(tx_conf)
+    assert (settings.timeout, settings.check_max, settings.check_interval) == (3.0, 5, 1.5)
+    default = _transaction_settings(BrokerFileConfig())
+    assert (default.timeout, default.check_max, default.check_interval) == (6.0, 15, 60.0)
     conf.write_text("transactionCheckMax=0\n")
     with pytest.raises(RmqkError, match="transactionCheckMax=0: must be at least 1"):
         read_broker_config(conf)

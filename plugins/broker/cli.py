@@ -13,6 +13,8 @@ import signal
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
+
 from rmqk.cli import Command
 from rmqk.errors import RmqkError
 from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
@@ -168,6 +170,7 @@ def _broker_run(args: argparse.Namespace) -> int:
     conf = (
         read_broker_config(os.path.expanduser(args.config)) if args.config else BrokerFileConfig()
     )
+    tx = _transaction_settings(conf)
     broker = EmbeddedBroker(
         Path(os.path.expanduser(args.data)),
         host=args.host,
@@ -184,7 +187,9 @@ def _broker_run(args: argparse.Namespace) -> int:
         ),
         acl=os.path.expanduser(args.acl) if args.acl else None,
         tls=_broker_tls(args),
-        **_transaction_settings(conf),
+        transaction_timeout=tx.timeout,
+        transaction_check_max=tx.check_max,
+        transaction_check_interval=tx.check_interval,
     )
 
     async def serve() -> None:
@@ -239,13 +244,23 @@ BROKER_COMMAND = Command(
 )
 
 
-def _transaction_settings(conf: BrokerFileConfig) -> dict[str, float | int]:
-    """broker.conf's transaction keys (Apache's milliseconds) as EmbeddedBroker's seconds."""
-    settings: dict[str, float | int] = {}
-    if conf.transaction_timeout_ms is not None:
-        settings["transaction_timeout"] = conf.transaction_timeout_ms / 1000
-    if conf.transaction_check_max is not None:
-        settings["transaction_check_max"] = conf.transaction_check_max
-    if conf.transaction_check_interval_ms is not None:
-        settings["transaction_check_interval"] = conf.transaction_check_interval_ms / 1000
-    return settings
+@attrs.frozen
+class _TransactionSettings:
+    timeout: float = 6.0
+    check_max: int = 15
+    check_interval: float = 60.0
+
+
+def _transaction_settings(conf: BrokerFileConfig) -> _TransactionSettings:
+    """broker.conf's transaction keys (Apache's milliseconds) in EmbeddedBroker's seconds;
+    Apache's defaults (BrokerConfig) where the file names none."""
+    default = _TransactionSettings()
+    return _TransactionSettings(
+        timeout=default.timeout
+        if conf.transaction_timeout_ms is None
+        else conf.transaction_timeout_ms / 1000,
+        check_max=_first(None, conf.transaction_check_max, default.check_max),
+        check_interval=default.check_interval
+        if conf.transaction_check_interval_ms is None
+        else conf.transaction_check_interval_ms / 1000,
+    )
