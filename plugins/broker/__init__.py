@@ -92,6 +92,8 @@ class EmbeddedBroker:
 
     Like Apache's, the broker also listens on its port minus 2, the VIP channel
     (``rmqk.plugins.broker.vip``); ``vip_channel=False`` listens on one port only.
+    The message index (QUERY_MESSAGE) takes ``message_index_enable``, ``max_hash_slot_num``
+    and ``max_index_num`` (``rmqk.plugins.broker.store.index``).
     """
 
     def __init__(
@@ -129,7 +131,11 @@ class EmbeddedBroker:
         transaction_check_interval: float = 60.0,
         reject_transaction_message: bool = False,
         vip_channel: bool = True,
+        message_index_enable: bool = True,
+        max_hash_slot_num: int = 500_000,
+        max_index_num: int = 2_000_000,
     ) -> None:
+        from rmqk.plugins.broker.store.index import IndexConfig
         from rmqk.plugins.broker.store.retention import RetentionPolicy
         from rmqk.plugins.broker.transaction_check import TransactionSettings
 
@@ -154,6 +160,7 @@ class EmbeddedBroker:
                 disk_space_clean_forcibly_ratio=disk_space_clean_forcibly_ratio,
                 disk_space_warning_level_ratio=disk_space_warning_level_ratio,
             )
+            self.index = IndexConfig(message_index_enable, max_hash_slot_num, max_index_num)
         except ValueError as exc:
             raise RmqkError(str(exc)) from None
         self.data_dir = Path(data_dir)
@@ -233,6 +240,7 @@ class EmbeddedBroker:
         from rmqk.plugins.broker.processors import BrokerProcessors, BrokerSettings
         from rmqk.plugins.broker.server import RemotingServer
         from rmqk.plugins.broker.store import MessageStore
+        from rmqk.plugins.broker.store.schedule import delay_levels_text
         from rmqk.plugins.broker.vip import listen
 
         if self.running:
@@ -269,11 +277,12 @@ class EmbeddedBroker:
                 "store_host": self._broker_addr,
                 "max_message_size": self.max_message_size,
                 "retention": self.retention,
+                "index": self.index,
             }
             if self.segment_size is not None:
                 store_kwargs["segment_size"] = self.segment_size
             if self.delay_levels is not None:
-                store_kwargs["delay_levels"] = _delay_levels_text(self.delay_levels)
+                store_kwargs["delay_levels"] = delay_levels_text(self.delay_levels)
             self.store = MessageStore(self.data_dir, **store_kwargs)
             self.store.open()
             settings = BrokerSettings(
@@ -580,13 +589,6 @@ class BrokerThread:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _delay_levels_text(levels: str | Sequence[int]) -> str:
-    """Delay levels as the store takes them: Apache's ``"1s 5s ..."`` text (ints are ms)."""
-    if isinstance(levels, str):
-        return levels
-    return " ".join(f"{int(ms)}ms" for ms in levels)
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""``rmqk admin``: topics, consumer progress per queue, and messages by offset message id.
+"""``rmqk admin``: topics, consumer progress per queue, and messages by id or key.
 
 Talks the remoting protocol to any 4.9 name server and its brokers (the embedded
 ones or Apache's). Output is a table by default, JSON with ``--json``.
@@ -23,7 +23,7 @@ from rmqk.errors import BrokerError, RemotingError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import PERM_READ, PERM_WRITE
 from rmqk.namespace import check_namespace, namespace_of, wrap
-from rmqk.plugins.broker.admin_client import AdminClient, TopicInfo
+from rmqk.plugins.broker.admin_client import LONG_MAX, AdminClient, MessageIdKind, TopicInfo
 
 __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
 
@@ -170,6 +170,12 @@ async def _admin_consumer_progress(client: AdminClient, args: argparse.Namespace
     return 0
 
 
+_KIND_TEXT = {
+    MessageIdKind.OFFSET: "offset id (store host and commit log offset)",
+    MessageIdKind.UNIQUE: "unique id (the client's UNIQ_KEY), found in the topic's index",
+}
+
+
 def _message_dict(message: MessageExt, msg_id: str) -> dict[str, Any]:
     try:
         body: str = message.body.decode("utf-8")
@@ -178,6 +184,7 @@ def _message_dict(message: MessageExt, msg_id: str) -> dict[str, Any]:
         body = base64.b64encode(message.body).decode("ascii")
         encoding = "base64"
     return {
+        "msgId": message.msg_id,
         "offsetMsgId": msg_id.upper(),
         "topic": message.topic,
         "tags": message.tags,
@@ -200,13 +207,34 @@ def _message_dict(message: MessageExt, msg_id: str) -> dict[str, Any]:
     }
 
 
+def _time_arg(text: str) -> int:
+    """Epoch milliseconds, or a local ISO date and time (``2024-05-02 08:12``)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO date and time"
+        ) from None
+
+
 async def _admin_message(client: AdminClient, args: argparse.Namespace) -> int:
-    message = await client.view_message(args.msg_id, args.broker)
-    info = _message_dict(message, args.msg_id)
+    if args.key is not None:
+        return await _admin_message_by_key(client, args)
+    if args.msg_id is None:
+        raise RmqkError("give a message id, or --key KEY --topic TOPIC")
+    kind, message = await client.find_message(
+        args.msg_id, topic=args.topic, broker_addr=args.broker
+    )
+    info = _message_dict(message, message.offset_msg_id)
+    info["idKind"] = kind.value
     if args.json:
         _print_json(info)
         return 0
     labels = [
+        ("Id Kind", _KIND_TEXT[kind]),
+        ("MsgId", info["msgId"]),
         ("OffsetID", info["offsetMsgId"]),
         ("Topic", info["topic"]),
         ("Tags", info["tags"] or "-"),
@@ -226,6 +254,48 @@ async def _admin_message(client: AdminClient, args: argparse.Namespace) -> int:
     width = max(len(label) for label, _ in labels) + 1
     for label, value in labels:
         print(f"{(label + ':').ljust(width)}  {value}")
+    return 0
+
+
+async def _admin_message_by_key(client: AdminClient, args: argparse.Namespace) -> int:
+    if args.msg_id is not None:
+        raise RmqkError("give either a message id or --key, not both")
+    if not args.topic:
+        raise RmqkError(
+            "--key needs --topic: keys are indexed per topic (as mqadmin queryMsgByKey -t)"
+        )
+    if args.begin > args.end:
+        raise RmqkError(f"--begin {args.begin} is after --end {args.end}")
+    result = await client.query_by_key(
+        args.topic, args.key, max_num=args.max_num, begin=args.begin, end=args.end
+    )
+    for failure in result.failures:
+        print(f"rmqk: warning: broker {failure}", file=sys.stderr)
+    if not result.messages:
+        raise RmqkError(
+            f"no message with key {args.key!r} in topic {args.topic!r} stored in the time range "
+            "(mqadmin: NO_MESSAGE)"
+        )
+    ordered = sorted(result.messages, key=lambda m: (m.store_timestamp, m.commit_log_offset))
+    if args.json:
+        _print_json([_message_dict(m, m.offset_msg_id) for m in ordered])
+        return 0
+    print(
+        _table(
+            ["MSG ID", "OFFSET ID", "QID", "QUEUE OFFSET", "STORE TIME", "KEYS"],
+            [
+                [
+                    m.msg_id,
+                    m.offset_msg_id,
+                    m.queue_id,
+                    m.queue_offset,
+                    _time_text(m.store_timestamp),
+                    m.keys or "-",
+                ]
+                for m in ordered
+            ],
+        )
+    )
     return 0
 
 
@@ -296,15 +366,47 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     _namespace_arg(progress, "GROUP and --topic are taken as the namespace's clients name them")
     progress.set_defaults(_admin=_admin_consumer_progress)
 
-    message = sub.add_parser("message", help="show a message by its offset message id")
+    message = sub.add_parser(
+        "message", help="show a message by offset id or unique id, or list messages by key"
+    )
     _admin_common(message)
-    message.add_argument("msg_id", metavar="OFFSET_MSG_ID")
+    message.add_argument(
+        "msg_id",
+        metavar="MSG_ID",
+        nargs="?",
+        default=None,
+        help="an offset id (SendResult.offset_msg_id) or, with --topic, a unique id "
+        "(SendResult.msg_id); which kind it is shows in the output",
+    )
+    message.add_argument(
+        "--topic", "-t", default=None, help="the topic a unique id or --key is looked up in"
+    )
+    message.add_argument(
+        "--key", "-k", default=None, help="list the messages of --topic with this key (KEYS)"
+    )
+    message.add_argument(
+        "--begin",
+        type=_time_arg,
+        default=0,
+        metavar="TIME",
+        help="with --key: stored at or after (epoch ms or ISO time; default: the beginning)",
+    )
+    message.add_argument(
+        "--end",
+        type=_time_arg,
+        default=LONG_MAX,
+        metavar="TIME",
+        help="with --key: stored at or before (epoch ms or ISO time; default: no end)",
+    )
+    message.add_argument(
+        "--max-num", type=int, default=64, help="with --key: at most this many (default: 64)"
+    )
     message.add_argument(
         "--broker",
         "-b",
         default=None,
         metavar="ADDR",
-        help="ask this broker instead of the one the id names",
+        help="ask this broker instead of the one an offset id names",
     )
     message.set_defaults(_admin=_admin_message)
 
@@ -354,5 +456,7 @@ ADMIN_COMMAND = Command(
         "rmqk admin consumer progress order-analytics --namespace ns1",
         "rmqk admin message 7F00000100002A9F0000000000000000",
         "rmqk admin trace 7F0000011F8B18B4AAC2536A7E3D0000",
+        "rmqk admin message 0A0000016F2A18B4AAC2620D7BE40000 --topic Orders",
+        "rmqk admin message --key order-1001 --topic Orders",
     ),
 )

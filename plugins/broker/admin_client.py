@@ -5,26 +5,38 @@ Works against the embedded name server and broker as well as Apache's.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
+import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from rmqk.errors import BrokerError, RemotingError, RmqkError
-from rmqk.message import MessageExt, decode_offset_msg_id
+from rmqk.message import MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
 from rmqk.plugins.broker import jsonwire
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = [
+    "LONG_MAX",
     "AdminClient",
     "BrokerInfo",
     "MessageIdKind",
+    "QueryResult",
     "QueueProgress",
     "TopicInfo",
     "message_id_kind",
 ]
+
+log = logging.getLogger("rmqk.admin")
+
+# Java's Long.MAX_VALUE: the open end of a time range, as mqadmin passes it.
+LONG_MAX = (1 << 63) - 1
+# MixAll.UNIQUE_MSG_QUERY_FLAG (the broker then bounds maxNum itself).
+_UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 # Commit log offsets are far below 2**48 (256 TiB) on any broker; a unique id read
 # as an offset id has its timestamp there instead, far above it.
@@ -98,6 +110,15 @@ class QueueProgress:
         return self.broker_offset - self.consumer_offset
 
 
+@attrs.frozen
+class QueryResult:
+    """What a query by key found (Java's QueryResult), and the brokers that did not answer."""
+
+    index_last_update_timestamp: int
+    messages: tuple[MessageExt, ...]
+    failures: tuple[str, ...] = ()  # "<address>: <why>" per broker that failed
+
+
 class AdminClient:
     """Requests an admin tool sends, over one connection per address."""
 
@@ -118,7 +139,13 @@ class AdminClient:
         await self.close()
 
     async def invoke(
-        self, addr: str, code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
+        self,
+        addr: str,
+        code: int,
+        fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float | None = None,
     ) -> RemotingCommand:
         from rmqk.plugins.broker.commands import make_request
         from rmqk.plugins.broker.connection import connect
@@ -128,7 +155,7 @@ class AdminClient:
             conn = await connect(addr, timeout=self.timeout, label="admin")
             self._conns[addr] = conn
         request = make_request(code, fields, body)
-        return await conn.request(request, self.timeout)
+        return await conn.request(request, self.timeout if timeout is None else timeout)
 
     async def _ok(
         self, addr: str, code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
@@ -287,16 +314,14 @@ class AdminClient:
         kind = message_id_kind(text)
         if kind is MessageIdKind.UNIQUE:
             raise RmqkError(
-                f"{text} is a unique (client) message id; rmqk admin message needs an offset "
-                "message id (32 hex chars from the broker: SendResult.offset_msg_id, the "
-                "OffsetID of a consumed message), which names the broker and the commit "
-                "log offset"
+                f"{text} is a unique (client) message id; give --topic TOPIC to look it up in "
+                "that topic's index (as mqadmin queryMsgByUniqueKey -t does); without a topic "
+                "rmqk admin message needs an offset message id (32 hex chars from the broker: "
+                "SendResult.offset_msg_id, the OffsetID of a consumed message), which names "
+                "the broker and the commit log offset"
             )
         if kind is MessageIdKind.INVALID:
-            raise RmqkError(
-                f"{text!r} is not an offset message id: rmqk admin message needs 32 hex "
-                "chars from the broker (SendResult.offset_msg_id)"
-            )
+            raise _invalid_id(text)
         addr, offset = decode_offset_msg_id(text)
         target = broker_addr
         if target is None:
@@ -316,6 +341,127 @@ class AdminClient:
             raise RmqkError(f"message {text}: cannot reach the broker {target} ({exc})") from exc
         message, _ = decode_message(response.body, 0)
         return message
+
+    async def find_message(
+        self, msg_id: str, *, topic: str | None = None, broker_addr: str | None = None
+    ) -> tuple[MessageIdKind, MessageExt]:
+        """A message by either kind of id, and the kind its text shows.
+
+        An offset id is read from the broker it names (VIEW_MESSAGE_BY_ID); a
+        unique id is looked up in ``topic``'s index on every broker of the topic
+        (QUERY_MESSAGE with UNIQ_KEY), as mqadmin's queryMsgByUniqueKey, which also
+        needs the topic. Nothing is dialled for an id that is neither.
+        """
+        text = msg_id.strip()
+        kind = message_id_kind(text)
+        if kind is MessageIdKind.INVALID:
+            raise _invalid_id(text)
+        if kind is MessageIdKind.OFFSET or not topic:
+            return kind, await self.view_message(text, broker_addr)
+        message = await self.query_by_unique_id(topic, text)
+        if message is None:
+            raise RmqkError(
+                f"no message with unique id {text} in topic {topic!r} (mqadmin: NO_MESSAGE); "
+                "a unique id is indexed under the topic the message was sent to"
+            )
+        return kind, message
+
+    async def query_by_unique_id(self, topic: str, uniq_id: str) -> MessageExt | None:
+        """The message whose UNIQ_KEY is ``uniq_id``: the first stored, if it was sent twice."""
+        result = await self.query_by_key(topic, uniq_id, max_num=32, unique=True)
+        return result.messages[0] if result.messages else None
+
+    async def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 64,
+        begin: int = 0,
+        end: int = LONG_MAX,
+        unique: bool = False,
+    ) -> QueryResult:
+        """Messages of ``topic`` with ``key`` stored in [begin, end] ms (MQAdminImpl.queryMessage).
+
+        Every broker of the topic is asked (its master, else a slave); the index
+        holds only hashes, so messages whose keys do not match are dropped here, as
+        Java drops them. ``unique`` looks ``key`` up as a UNIQ_KEY and keeps the
+        earliest stored match. Unlike Java, finding nothing is an empty result, not
+        an error; a topic without a route is an error (TOPIC_NOT_EXIST).
+        """
+        brokers = await self.route_brokers(topic)
+        addrs = [a for a in (_select_addr(b) for b in brokers or ()) if a is not None]
+        if not addrs:
+            raise RmqkError(
+                f"topic {topic!r} has no route on the name server {self.namesrv_addr} "
+                "(TOPIC_NOT_EXIST): is it the topic the message was sent to?"
+            )
+        fields: dict[str, object] = {
+            "topic": topic,
+            "key": key,
+            "maxNum": max_num,
+            "beginTimestamp": begin,
+            "endTimestamp": end,
+        }
+        if unique:
+            fields[_UNIQUE_MSG_QUERY_FLAG] = "true"
+        answers = await asyncio.gather(
+            *(self._query_broker(addr, fields) for addr in addrs), return_exceptions=True
+        )
+        failures: list[str] = []
+        found: list[MessageExt] = []
+        last_update = 0
+        for addr, answer in zip(addrs, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, RmqkError | OSError | asyncio.TimeoutError):
+                    raise answer
+                failures.append(f"{addr}: {answer}")
+                log.warning("query message by key at %s failed: %s", addr, answer)
+                continue
+            stamp, messages = answer
+            last_update = max(last_update, stamp)
+            found.extend(messages)
+        matched = _matching(found, topic, key, unique)
+        return QueryResult(last_update, tuple(matched), tuple(failures))
+
+    async def _query_broker(
+        self, addr: str, fields: Mapping[str, object]
+    ) -> tuple[int, list[MessageExt]]:
+        from rmqk.plugins.remoting.message_codec import decode_messages
+
+        response = await self.invoke(
+            addr, RequestCode.QUERY_MESSAGE, fields, timeout=self.timeout * 3
+        )
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return 0, []
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark, addr)
+        stamp = int(response.ext_fields.get("indexLastUpdateTimestamp") or 0)
+        return stamp, decode_messages(response.body)
+
+
+def _select_addr(broker: BrokerInfo) -> str | None:
+    """BrokerData.selectBrokerAddr: the master, else any slave."""
+    if broker.master is not None:
+        return broker.master
+    slaves = list(broker.addrs.values())
+    return random.choice(slaves) if slaves else None
+
+
+def _matching(found: list[MessageExt], topic: str, key: str, unique: bool) -> list[MessageExt]:
+    """The messages that carry ``key`` (the index matched only its hash)."""
+    if unique:
+        hits = [m for m in found if m.msg_id == key]
+        return [min(hits, key=lambda m: m.store_timestamp)] if hits else []
+    separator = MessageProperty.KEY_SEPARATOR
+    return [m for m in found if m.topic == topic and key in (m.keys or "").split(separator)]
+
+
+def _invalid_id(text: str) -> RmqkError:
+    return RmqkError(
+        f"{text!r} is not an offset message id nor a unique (client) one: both are 32 hex "
+        "chars (56 with an IPv6 address), SendResult.offset_msg_id or SendResult.msg_id"
+    )
 
 
 def _mapping(value: Any) -> Mapping[Any, Any]:

@@ -81,6 +81,7 @@ class BrokerProcessors:
             RequestCode.SEND_BATCH_MESSAGE: send.send_message,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
             RequestCode.PULL_MESSAGE: self.pull.pull_message,
+            RequestCode.QUERY_MESSAGE: query.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
             RequestCode.HEART_BEAT: client.heart_beat,
             RequestCode.UNREGISTER_CLIENT: client.unregister_client,

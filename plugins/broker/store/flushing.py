@@ -15,6 +15,7 @@ from pathlib import Path
 from . import recovery
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
+from .index import IndexService
 from .offsets import ConsumerOffsets
 from .schedule import ScheduleService
 from .topics import TopicConfigs
@@ -34,6 +35,7 @@ class StoreFlushing:
     consumer_offsets: ConsumerOffsets
     schedule: ScheduleService
     topics: TopicConfigs
+    index: IndexService
     flush_interval: float
     _queues: dict[tuple[str, int], ConsumeQueue]
     _lock: threading.Lock
@@ -57,6 +59,7 @@ class StoreFlushing:
             for cq in queues:
                 cq.sync()
             self._record_checkpoint(recovery.Checkpoint(dispatched, maxima), force=False)
+            self.index.flush()
 
     def _write_checkpoint(self, *, force: bool) -> None:
         maxima = tuple((cq.topic, cq.queue_id, cq.max_offset) for cq in self._queues.values())

@@ -7,6 +7,7 @@ Layout under ``root``::
     config/consumerOffset.json             committed consumer offsets
     config/topics.json                     topic configs
     config/delayOffset.json                delay-level delivery progress
+    index/<yyyyMMddHHmmssSSS>              the message index by key (see index.py)
     checkpoint.json                        what is known durable (see recovery.py)
     lock                                   held (flock) while the store is open
 
@@ -52,8 +53,10 @@ from .consumequeue import ConsumeQueue
 from .encoding import RecordEncoder, check_destination, tags_code_of
 from .files import StoreError, fsync_dir
 from .flushing import StoreFlushing
+from .index import IndexConfig, IndexService, QueryMessageResult
 from .offsets import ConsumerOffsets
 from .reads import StoreReads
+from .records import store_timestamp_of
 from .results import BatchMessage, PutMessageStatus, PutResult, StoreStats, failed
 from .retention import RetentionPolicy, StoreRetention
 from .schedule import SCHEDULE_TOPIC, ScheduleService, parse_delay_levels
@@ -88,6 +91,7 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
         flush_interval: float = 0.5,
         clock: Callable[[], int] | None = None,
         retention: RetentionPolicy | None = None,
+        index: IndexConfig | None = None,
     ) -> None:
         if flush not in ("async", "sync"):
             raise ValueError(f"flush must be 'async' or 'sync', got {flush!r}")
@@ -117,6 +121,7 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
         self.schedule = ScheduleService(
             self, parse_delay_levels(delay_levels), config / "delayOffset.json"
         )
+        self.index = IndexService(self.root / "index", index)
         self._listeners: list[Callable[[str, int, int], None]] = []
         self._lock = threading.Lock()  # writers
         self._flush_lock = threading.Lock()  # fsyncs and file removal
@@ -191,6 +196,13 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
                 report.truncated_from,
             )
         self._dispatched = self.commit_log.write_offset
+        self.index.open(
+            self.commit_log.min_offset,
+            self.commit_log.write_offset,
+            lambda start, stop, on_record: recovery.scan_records(
+                self.commit_log, start, stop, on_record
+            ),
+        )
         # Records recovery walked over may exist only in the page cache of the process
         # that died: fsync them before the checkpoint below vouches for them.
         self.commit_log.synced_offset = min(report.scan_start, self.commit_log.write_offset)
@@ -222,6 +234,7 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
     def _close_files(self) -> None:
         with self._flush_lock, self._lock:
             self.commit_log.close()
+            self.index.close()
             for cq in self._queues.values():
                 cq.close()
             self._queues.clear()
@@ -475,6 +488,14 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
             if text.isdigit() and int(text) > 0:
                 return store_timestamp + self.schedule.delay_of(int(text))
         return tags_code_of(properties_raw)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryMessageResult:
+        """Stored records of ``topic`` with ``key`` (a KEYS key or the UNIQ_KEY) in [begin, end]."""
+        return self.index.query_message(
+            topic, key, max_num, begin, end, self.look_message, lambda r: store_timestamp_of(r, 0)
+        )
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((topic, queue_id))

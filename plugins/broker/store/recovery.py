@@ -54,7 +54,14 @@ from .consumequeue import ConsumeQueue
 from .files import all_zero, read_at, replace_file
 from .records import BLANK_MAGIC, RecordInfo, inspect_record, read_total_and_magic
 
-__all__ = ["Checkpoint", "RecoveryReport", "read_checkpoint", "recover", "write_checkpoint"]
+__all__ = [
+    "Checkpoint",
+    "RecoveryReport",
+    "read_checkpoint",
+    "recover",
+    "scan_records",
+    "write_checkpoint",
+]
 
 log = logging.getLogger("rmqk.broker.store.recovery")
 
@@ -226,6 +233,13 @@ def _next_record(seg: Segment, pos: int) -> int | None:
         ):
             return pos + candidate
         nxt[magic] = rest.find(magic, at + 1)
+
+
+def scan_records(
+    commit_log: CommitLog, start: int, stop: int, on_record: Callable[[int, RecordInfo], None]
+) -> int:
+    """Call ``on_record`` for each valid record in [start, stop), stepping over damage."""
+    return _Scan(commit_log).run(start, stop, on_record)
 
 
 def _is_boundary(commit_log: CommitLog, offset: int) -> bool:

@@ -30,6 +30,7 @@ import attrs
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .files import fsync_dir
+from .index import IndexService
 
 __all__ = ["RetentionPolicy", "StoreRetention"]
 
@@ -86,6 +87,7 @@ class StoreRetention:
 
     root: Path
     commit_log: CommitLog
+    index: IndexService
     segment_size: int
     now_ms: Callable[[], int]
     retention: RetentionPolicy
@@ -102,7 +104,9 @@ class StoreRetention:
         :meth:`clean_consume_queues`, as between Java's two clean services, so
         pulls meanwhile answer MESSAGE_WAS_REMOVING. Returns segments deleted."""
         with self._flush_lock, self._lock:
-            return self.commit_log.delete_segments(commit_log_offset)
+            deleted = self.commit_log.delete_segments(commit_log_offset)
+            self.index.delete_expired(self.commit_log.min_offset)
+            return deleted
 
     def clean_consume_queues(self) -> int:
         """Drop consume queue files and entries that precede the commit log's start."""

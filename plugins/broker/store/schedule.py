@@ -25,6 +25,7 @@ import contextlib
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,13 @@ from .files import StoreError, read_json_document, write_json_document
 if TYPE_CHECKING:
     from .message_store import MessageStore
 
-__all__ = ["SCHEDULE_TOPIC", "ScheduleService", "ScheduleTick", "parse_delay_levels"]
+__all__ = [
+    "SCHEDULE_TOPIC",
+    "ScheduleService",
+    "ScheduleTick",
+    "delay_levels_text",
+    "parse_delay_levels",
+]
 
 log = logging.getLogger("rmqk.broker.store.schedule")
 
@@ -49,6 +56,13 @@ _LEVEL = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _MAX_PER_PASS = 2000
 # When a re-put fails, try that level again after this long (Java's DELAY_FOR_A_WHILE).
 _RETRY_MS = 100
+
+
+def delay_levels_text(levels: str | Sequence[int]) -> str:
+    """Delay levels as the store takes them: Apache's ``"1s 5s ..."`` text (ints are ms)."""
+    if isinstance(levels, str):
+        return levels
+    return " ".join(f"{int(ms)}ms" for ms in levels)
 
 
 def parse_delay_levels(text: str) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from rmqk.plugins.remoting.message_codec import patch_stored_message
 
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
+from .index import IndexService
 from .results import PutMessageStatus, PutResult, failed
 from .schedule import ScheduleService
 
@@ -42,6 +43,7 @@ class StoreWrites:
 
     commit_log: CommitLog
     schedule: ScheduleService
+    index: IndexService
     flush_mode: str
     now_ms: Callable[[], int]
     _msg_id_prefix: str
@@ -165,6 +167,7 @@ class StoreWrites:
                 log.warning("store writes succeed again")
                 self._write_failing = False
             end = offset + total
+            self.index.dispatch(offset, buf)
             self._dispatched = end
             new_max = cq.max_offset
         if self.flush_mode == "sync":
