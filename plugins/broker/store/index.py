@@ -134,6 +134,7 @@ class IndexService:
         self._indexed_to = 0  # commit log offset up to which every record was dispatched
         self._checkpointed: _Checkpoint | None = None
         self._failed = False  # a write failed: stop, and let the next open rebuild
+        self.reindexed = 0  # records the last open indexed again from the commit log
 
     # ------------------------------------------------------------------ opening
 
@@ -161,6 +162,7 @@ class IndexService:
         if self._indexed_to < log_end:
             walk(self._indexed_to, log_end, on_record)
             self._indexed_to = log_end
+            self.reindexed = count
             if self._failed:
                 log.error("message index: rebuilding failed; lookups miss what was not indexed")
             log.info(

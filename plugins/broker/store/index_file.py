@@ -23,6 +23,7 @@ and slots written since; the index service tells the two apart on open.
 from __future__ import annotations
 
 import array
+import operator
 import os
 import struct
 import sys
@@ -49,16 +50,31 @@ _SLOT = struct.Struct(">i")
 _INT_MAX = 0x7FFF_FFFF
 
 
+_MASK = 0xFFFF_FFFF
+# 31**(n-1), ..., 31**1, 31**0 modulo 2**32, grown on demand: the hash of n code units
+# is their dot product with the last n of these, computed in C by map and sum.
+_powers: list[int] = [1]
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
+def _descending_powers(n: int) -> list[int]:
+    global _powers
+    if len(_powers) < n:
+        target = max(n, 2 * len(_powers))
+        grown = list(reversed(_powers))
+        while len(grown) < target:
+            grown.append(grown[-1] * 31 & _MASK)
+        _powers = grown[::-1]
+    return _powers[len(_powers) - n :]
+
+
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode``: over UTF-16 code units, wrapping as an int32."""
-    h = 0
     if text.isascii():
-        for ch in text.encode("ascii"):
-            h = (31 * h + ch) & 0xFFFF_FFFF
+        units: bytes | array.array[int] = text.encode("ascii")
     else:
-        units = text.encode("utf-16-be", "surrogatepass")
-        for i in range(0, len(units), 2):
-            h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFF_FFFF
+        units = array.array("H", text.encode(_UTF16_NATIVE, "surrogatepass"))
+    h = int(sum(map(operator.mul, units, _descending_powers(len(units))))) & _MASK
     return h - (1 << 32) if h & 0x8000_0000 else h
 
 
@@ -117,6 +133,8 @@ class IndexFile:
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self._entries_at = HEADER_SIZE + hash_slots * SLOT_SIZE
+        # The slots of the file being written, kept in memory so a put reads no file.
+        self._slots: array.array[int] | None = None
         size = file_size(hash_slots, max_entries)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.fd = os.open(path, flags, 0o644)
@@ -157,8 +175,11 @@ class IndexFile:
         if h.index_count >= self.max_entries:
             return False
         key_hash = index_key_hash(key)
-        slot_at = HEADER_SIZE + (key_hash % self.hash_slots) * SLOT_SIZE
-        head = self._read_int(slot_at)
+        slot = key_hash % self.hash_slots
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = self.read_slots()
+        head = slots[slot]
         if head <= 0 or head > h.index_count:
             head = 0
         diff = (store_timestamp - h.begin_timestamp) // 1000
@@ -168,7 +189,8 @@ class IndexFile:
         number = h.index_count
         entry = _ENTRY.pack(key_hash, phy_offset, diff, head)
         os.pwrite(self.fd, entry, self._entries_at + number * ENTRY_SIZE)
-        os.pwrite(self.fd, _SLOT.pack(number), slot_at)
+        os.pwrite(self.fd, _SLOT.pack(number), HEADER_SIZE + slot * SLOT_SIZE)
+        slots[slot] = number
         # As Java: the first entry (re)sets the file's beginning, after its timeDiff
         # was taken against the beginning inherited from the previous file.
         if number <= 1:
@@ -179,6 +201,8 @@ class IndexFile:
         h.index_count = number + 1
         h.end_phy_offset = phy_offset
         h.end_timestamp = store_timestamp
+        if h.index_count >= self.max_entries:
+            self._slots = None  # full: no more puts
         return True
 
     def sync(self, header: bytes) -> None:
@@ -225,20 +249,22 @@ class IndexFile:
                 return
             number = prev
 
-    def slots_below_count(self) -> bool:
-        """Whether every hash slot names an entry the header counts (nothing written after it)."""
+    def read_slots(self) -> array.array[int]:
         data = read_at(self.fd, HEADER_SIZE, self.hash_slots * SLOT_SIZE)
-        if len(data) != self.hash_slots * SLOT_SIZE:
-            return False
         slots = array.array("i")
-        slots.frombytes(data)
+        slots.frombytes(data.ljust(self.hash_slots * SLOT_SIZE, b"\0"))
         if sys.byteorder == "little":
             slots.byteswap()
-        return max(slots, default=0) < self.header.index_count
+        return slots
+
+    def slots_below_count(self) -> bool:
+        """Whether every hash slot names an entry the header counts (nothing written after it)."""
+        return max(self.read_slots(), default=0) < self.header.index_count
 
     # ---------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
+        self._slots = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
