@@ -264,6 +264,42 @@ async def test_a_disabled_index_finds_nothing(broker_factory):
     assert not (broker.data_dir / "index").exists()
 
 
+async def test_transactional_messages_are_found_in_their_topic_once_committed(broker_factory):
+    from rmqk.engine.transaction import AsyncTransactionProducer, LocalTransactionState
+
+    broker = await broker_factory()
+    states = {
+        b"committed": LocalTransactionState.COMMIT_MESSAGE,
+        b"rolled-back": LocalTransactionState.ROLLBACK_MESSAGE,
+        b"pending": LocalTransactionState.UNKNOW,
+    }
+    producer = AsyncTransactionProducer(
+        "tx-index",
+        namesrv_addr=broker.namesrv_addr,
+        execute_local_transaction=lambda msg, arg: states[msg.body],
+        check_local_transaction=lambda msg: LocalTransactionState.UNKNOW,
+    )
+    await producer.start()
+    try:
+        sent = {
+            body: await producer.send_message_in_transaction(
+                Message("TxIndexed", body, keys=f"tx-{body.decode()} tx-all"), None
+            )
+            for body in states
+        }
+    finally:
+        await producer.shutdown()
+    async with AdminClient(broker.namesrv_addr) as admin:
+        found = await admin.query_by_key("TxIndexed", "tx-all")
+        assert [m.body for m in found.messages] == [b"committed"]
+        assert (await admin.query_by_unique_id("TxIndexed", sent[b"committed"].msg_id)) is not None
+        for body in (b"rolled-back", b"pending"):
+            assert (await admin.query_by_unique_id("TxIndexed", sent[body].msg_id)) is None
+    # As on Apache, half messages are indexed under the topic they are stored in.
+    half = broker.store.query_message("RMQ_SYS_TRANS_HALF_TOPIC", "tx-all", 64, 0, LONG_MAX)
+    assert len(half.records) == 3
+
+
 def test_rolled_back_messages_are_not_indexed_and_half_messages_stay_in_their_topic(tmp_path):
     with MessageStore(tmp_path / "s", index=IndexConfig(**TINY)) as store:
         for sys_flag, topic, key in (
