@@ -15,7 +15,7 @@ from rmqk.contracts import ReadOffsetType
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.consume_host import create_consume_service
 from rmqk.engine.listener import ListenerInvoker
-from rmqk.engine.member import ConsumerMember
+from rmqk.engine.member import ConsumerMember, options_where
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL, FlowControl, PullAPI
 from rmqk.engine.rebalance import Rebalance
@@ -36,7 +36,7 @@ from rmqk.model import (
     build_subscription,
 )
 from rmqk.namespace import unwrapping_rebalance_listener
-from rmqk.options import ConsumerOptions, Where, check_group, validate_options
+from rmqk.options import ConsumerOptions, validate_options
 from rmqk.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["AsyncPushConsumer"]
@@ -64,22 +64,16 @@ class AsyncPushConsumer(ConsumerMember):
     consume_type = ConsumeType.CONSUME_PASSIVELY
     client_role = ClientRole.PUSH_CONSUMER
     reported_options = (
+        *ConsumerMember.reported_options,
         "consume_thread_min",
         "consume_thread_max",
-        "pull_batch_size",
         "consume_message_batch_max_size",
-        "pull_threshold_for_queue",
         "consume_concurrently_max_span",
-        "message_model",
-        "consume_from_where",
     )
     log = log
 
     def __init__(self, group: str, options: ConsumerOptions | None = None, **kwargs: Any) -> None:
-        problem = check_group(group)
-        where = Where("<consumer options>", f"consumer {group!r}")
-        if problem:
-            raise ConfigError([where.problem("group", problem)])
+        where = options_where(group, "consumer")
         if options is not None and kwargs:
             raise ClientError("pass either a ConsumerOptions or keyword options, not both")
         if options is None:

@@ -40,10 +40,19 @@ from rmqk.options import ConsumerOptions, Where, check_group
 from rmqk.pluginmanager import call_event_hook, registries
 from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData
 
-__all__ = ["ConsumerMember"]
+__all__ = ["ConsumerMember", "options_where"]
 
 # A broker that forgot this client is told again at most this often.
 _HEARTBEAT_NOW_MIN_INTERVAL_S = 1.0
+
+
+def options_where(group: str, kind: str) -> Where:
+    """Where a consumer's option problems are told; a bad group name is refused at once."""
+    where = Where("<consumer options>", f"{kind} {group!r}")
+    problem = check_group(group)
+    if problem:
+        raise ConfigError([where.problem("group", problem)])
+    return where
 
 
 class ConsumerMember:
@@ -51,8 +60,13 @@ class ConsumerMember:
 
     # Java's consumeType(): PASSIVELY for push, ACTIVELY for lite pull.
     consume_type: ClassVar[ConsumeType]
-    # The options a running-info report lists under their own names.
-    reported_options: ClassVar[tuple[str, ...]]
+    # The options a running-info report lists under their own names; a consumer kind adds its own.
+    reported_options: ClassVar[tuple[str, ...]] = (
+        "pull_batch_size",
+        "pull_threshold_for_queue",
+        "message_model",
+        "consume_from_where",
+    )
     # The consumer kind's logger, also for its pulls' notices (operators filter by it).
     log: ClassVar[logging.Logger]
     # What the client lifecycle hooks call this consumer.

@@ -54,11 +54,11 @@ from typing import Any
 
 import attrs
 
-from rmqk.contracts import OffsetStoreContext, ReadOffsetType
+from rmqk.contracts import OffsetStoreContext
 from rmqk.errors import ClientError
 from rmqk.model import MessageQueue
 from rmqk.plugins.offsets.options import PERSIST_MODES, LocalFileOptions, parse_store_options
-from rmqk.plugins.offsets.table import OffsetTable
+from rmqk.plugins.offsets.table import OffsetTable, TableBackedStore
 
 __all__ = [
     "DIR_ENV",
@@ -212,8 +212,10 @@ def read_offset_file(path: Path) -> FileRead:
 # -- the store ---------------------------------------------------------------------------
 
 
-class LocalFileOffsetStore:
+class LocalFileOffsetStore(TableBackedStore):
     """OffsetStore backed by ``<base_dir>/<client_id>/<group>/offsets.json``."""
+
+    log = log
 
     def __init__(
         self, base_dir: Path | str, client_id: str, group: str, *, fsync: bool = True
@@ -248,26 +250,14 @@ class LocalFileOffsetStore:
             for mq, offset in sorted(offsets.items()):
                 log.debug("load consumer's offset, %s %s %d", self.group, mq, offset)
 
-    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
-        self._table.update(mq, offset, increase_only)
-
-    async def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
-        if read_type is not ReadOffsetType.READ_FROM_STORE:
-            cached = self._table.get(mq)
-            if cached is not None:
-                return cached
-            if read_type is ReadOffsetType.READ_FROM_MEMORY:
-                return -1
+    async def _read_from_store(self, mq: MessageQueue) -> int:
         try:
             stored = await asyncio.to_thread(self._read_store)
         except Exception:
             log.warning("reading %s failed", self.path, exc_info=True)
             return -1
         offset = stored.get(mq) if stored is not None else None
-        if offset is None:
-            return -1
-        self._table.update(mq, offset, False)
-        return offset
+        return -1 if offset is None else offset
 
     async def persist_all(self, mqs: Collection[MessageQueue]) -> None:
         if not mqs:
@@ -277,16 +267,6 @@ class LocalFileOffsetStore:
     async def persist(self, mq: MessageQueue) -> None:
         if mq in self._table:
             await self._persist({mq}, "persist")
-
-    def remove_offset(self, mq: MessageQueue) -> None:
-        if self._table.remove(mq):
-            log.info(
-                "remove unnecessary messageQueue offset. group=%s, mq=%s, offsetTableSize=%d",
-                self.group, mq, len(self._table),
-            )
-
-    def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
-        return self._table.clone(topic)
 
     async def update_consume_offset_to_broker(
         self, mq: MessageQueue, offset: int, oneway: bool

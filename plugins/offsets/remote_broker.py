@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Collection
 
-from rmqk.contracts import BrokerClient, OffsetStoreContext, ReadOffsetType
+from rmqk.contracts import BrokerClient, OffsetStoreContext
 from rmqk.errors import BrokerError, ClientError
 from rmqk.model import MessageQueue
 from rmqk.plugins.offsets.options import (
@@ -29,7 +29,7 @@ from rmqk.plugins.offsets.options import (
     RemoteBrokerOptions,
     parse_store_options,
 )
-from rmqk.plugins.offsets.table import OffsetTable
+from rmqk.plugins.offsets.table import OffsetTable, TableBackedStore
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "NAME", "RemoteBrokerOffsetStore", "create_remote_broker_store"]
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 NAME = "remote-broker"
 
 
-class RemoteBrokerOffsetStore:
+class RemoteBrokerOffsetStore(TableBackedStore):
     """A :class:`rmqk.contracts.BrokerOffsetStore` backed by the brokers.
 
     ``client`` is a :class:`rmqk.contracts.BrokerClient`: its
@@ -46,6 +46,8 @@ class RemoteBrokerOffsetStore:
     unknown after a route refresh, and its ``transport`` queries and updates
     consumer offsets.
     """
+
+    log = log
 
     def __init__(
         self,
@@ -68,16 +70,7 @@ class RemoteBrokerOffsetStore:
     async def load(self) -> None:
         """Nothing to load: the brokers are asked queue by queue."""
 
-    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
-        self._table.update(mq, offset, increase_only)
-
-    async def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
-        if read_type is not ReadOffsetType.READ_FROM_STORE:
-            cached = self._table.get(mq)
-            if cached is not None:
-                return cached
-            if read_type is ReadOffsetType.READ_FROM_MEMORY:
-                return -1
+    async def _read_from_store(self, mq: MessageQueue) -> int:
         try:
             offset = await self._fetch_consume_offset_from_broker(mq)
         except BrokerError as exc:
@@ -89,11 +82,7 @@ class RemoteBrokerOffsetStore:
                 "query consumer offset of %s for group %s failed: %s", mq, self.group, exc
             )
             return -2
-        if offset is None:
-            return -1
-        # The cache fill is not increase-only: the broker's value wins (resetOffset, rebalance).
-        self._table.update(mq, offset, False)
-        return offset
+        return -1 if offset is None else offset
 
     async def persist_all(self, mqs: Collection[MessageQueue]) -> None:
         """Send the offsets of ``mqs``; forget those of every other queue.
@@ -116,16 +105,6 @@ class RemoteBrokerOffsetStore:
         if mq not in self._table:
             return
         await self._send_logged(mq, "persist")
-
-    def remove_offset(self, mq: MessageQueue) -> None:
-        if self._table.remove(mq):
-            log.info(
-                "remove unnecessary messageQueue offset. group=%s, mq=%s, offsetTableSize=%d",
-                self.group, mq, len(self._table),
-            )
-
-    def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
-        return self._table.clone(topic)
 
     async def update_consume_offset_to_broker(
         self, mq: MessageQueue, offset: int, oneway: bool

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping
+from typing import ClassVar
 
+from rmqk.contracts import ReadOffsetType
 from rmqk.model import MessageQueue
 
-__all__ = ["OffsetTable"]
+__all__ = ["OffsetTable", "TableBackedStore"]
 
 
 class OffsetTable:
@@ -82,3 +85,42 @@ class OffsetTable:
     def __contains__(self, mq: object) -> bool:
         with self._lock:
             return mq in self._offsets
+
+
+class TableBackedStore:
+    """What both stores do with their in-memory table; a store says where offsets persist."""
+
+    # The store's own logger: operators filter its lines by the store's module.
+    log: ClassVar[logging.Logger]
+    group: str
+    _table: OffsetTable
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        self._table.update(mq, offset, increase_only)
+
+    async def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
+        if read_type is not ReadOffsetType.READ_FROM_STORE:
+            cached = self._table.get(mq)
+            if cached is not None:
+                return cached
+            if read_type is ReadOffsetType.READ_FROM_MEMORY:
+                return -1
+        offset = await self._read_from_store(mq)
+        if offset >= 0:
+            # The cache fill is not increase-only: the store's value wins (resetOffset, rebalance).
+            self._table.update(mq, offset, False)
+        return offset
+
+    async def _read_from_store(self, mq: MessageQueue) -> int:
+        """The stored offset of ``mq``: -1 when there is none, -2 when the store cannot tell."""
+        raise NotImplementedError
+
+    def remove_offset(self, mq: MessageQueue) -> None:
+        if self._table.remove(mq):
+            self.log.info(
+                "remove unnecessary messageQueue offset. group=%s, mq=%s, offsetTableSize=%d",
+                self.group, mq, len(self._table),
+            )
+
+    def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
+        return self._table.clone(topic)

@@ -23,11 +23,11 @@ from rmqk.engine.lite_pull.fetch import Fetcher
 from rmqk.engine.lite_pull.options import LitePullOptions, resolve_lite_pull_options
 from rmqk.engine.lite_pull.queues import QueueState, QueueTable, SubscriptionType
 from rmqk.engine.lite_pull.rebalance import LitePullRebalance
-from rmqk.engine.member import ConsumerMember
+from rmqk.engine.member import ConsumerMember, options_where
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import FlowControl, PullAPI
 from rmqk.engine.startup import load_offset_store, start_once
-from rmqk.errors import ClientError, ConfigError, RmqkError
+from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import (
     ConsumeFromWhere,
@@ -39,7 +39,7 @@ from rmqk.model import (
     build_subscription,
 )
 from rmqk.namespace import unwrapping_rebalance_listener
-from rmqk.options import ConsumerOptions, Where, check_group, check_topic
+from rmqk.options import ConsumerOptions, check_topic
 from rmqk.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["AsyncLitePullConsumer", "RebalanceListener"]
@@ -74,20 +74,11 @@ class AsyncLitePullConsumer(ConsumerMember):
 
     consume_type = ConsumeType.CONSUME_ACTIVELY
     client_role = ClientRole.LITE_PULL_CONSUMER
-    reported_options = (
-        "pull_batch_size",
-        "pull_threshold_for_queue",
-        "pull_threshold_size_for_queue",
-        "message_model",
-        "consume_from_where",
-    )
+    reported_options = (*ConsumerMember.reported_options, "pull_threshold_size_for_queue")
     log = log
 
     def __init__(self, group: str, options: ConsumerOptions | None = None, **kwargs: Any) -> None:
-        where = Where("<consumer options>", f"lite pull consumer {group!r}")
-        problem = check_group(group)
-        if problem:
-            raise ConfigError([where.problem("group", problem)])
+        where = options_where(group, "lite pull consumer")
         resolved, self.lite_options = resolve_lite_pull_options(kwargs, where, options)
         super().__init__(group, resolved)
         self.rebalance = LitePullRebalance(self)
