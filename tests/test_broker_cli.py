@@ -7,11 +7,10 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
+from cli_support import start_rmqk
 from test_broker_support import RawClient
 
 from rmqk.cli import main
@@ -162,26 +161,10 @@ def test_admin_reports_an_unreachable_name_server(capsys):
 
 def test_broker_command_picks_free_ports_and_stops_on_sigint(tmp_path, capsys):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rmqk.cli",
-            "broker",
-            "--port",
-            "0",
-            "--data",
-            str(tmp_path / "d"),
-            "--delay-levels",
-            "1s 2s",
-            "--flush",
-            "sync",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = start_rmqk(
+        "broker", "--port", "0", "--data", str(tmp_path / "d"), "--delay-levels", "1s 2s",
+        "--flush", "sync", env=env,
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
         lines = []

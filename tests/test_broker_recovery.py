@@ -12,9 +12,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
+from store_support import SEGMENT, make_store, segment_path
 
 from rmqk.message import MessageExt
 from rmqk.plugins.broker.store import GetMessageStatus, MessageStore, PutResult, StoreError
@@ -23,17 +23,6 @@ from rmqk.plugins.remoting.message_codec import decode_messages, encode_stored_m
 
 pytestmark = pytest.mark.timeout(120)
 
-SEGMENT = 16 * 1024
-OPTIONS: dict[str, Any] = {
-    "segment_size": SEGMENT,
-    "max_message_size": 8192,
-    "cq_entries_per_file": 100,
-    "store_host": "127.0.0.1:10911",
-}
-
-
-def make_store(root: Path, **options: Any) -> MessageStore:
-    return MessageStore(root, **{**OPTIONS, **options})
 
 
 def body_of(i: int) -> bytes:
@@ -73,10 +62,6 @@ def all_messages(store: MessageStore, topic: str = "K") -> list[MessageExt]:
             out += decode_messages(b"".join(got.records))
             offset = got.next_begin_offset
     return sorted(out, key=lambda m: m.commit_log_offset)
-
-
-def segment_path(root: Path, offset: int) -> Path:
-    return root / "commitlog" / f"{offset - offset % SEGMENT:020d}"
 
 
 def write_at(path: Path, position: int, data: bytes) -> None:

@@ -7,32 +7,21 @@ from __future__ import annotations
 import shutil
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from store_support import SEGMENT, make_store, segment_path
 
 from rmqk.plugins.broker.store import GetMessageStatus, MessageStore, PutResult
 
 pytestmark = pytest.mark.timeout(120)
 
-SEGMENT = 16 * 1024
-OPTIONS: dict[str, Any] = {
-    "segment_size": SEGMENT,
-    "max_message_size": 8192,
-    "cq_entries_per_file": 100,
-    "store_host": "127.0.0.1:10911",
-}
 _FAST = settings(
     max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-def make_store(root: Path, **options: Any) -> MessageStore:
-    return MessageStore(root, **{**OPTIONS, **options})
 
 
 def put(store: MessageStore, topic: str, queue_id: int, i: int) -> PutResult:
@@ -76,10 +65,6 @@ def fresh_copy(base: Path, tmp_path: Path) -> Path:
         shutil.rmtree(root)
     shutil.copytree(base, root)
     return root
-
-
-def segment_path(root: Path, offset: int) -> Path:
-    return root / "commitlog" / f"{offset - offset % SEGMENT:020d}"
 
 
 # -------------------------------------------------------------- consume queues (#2)

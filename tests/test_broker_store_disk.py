@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_support import make_store
 from test_broker_support import RawClient, messages_of
 
 from rmqk.errors import RmqkError
@@ -35,17 +36,6 @@ from rmqk.protocol import ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 
-SEGMENT = 16 * 1024
-OPTIONS: dict[str, Any] = {
-    "segment_size": SEGMENT,
-    "max_message_size": 8192,
-    "cq_entries_per_file": 100,
-    "store_host": "127.0.0.1:10911",
-}
-
-
-def make_store(root: Path, **options: Any) -> MessageStore:
-    return MessageStore(root, **{**OPTIONS, **options})
 
 
 def put(store: MessageStore, i: int, *, size: int = 100) -> PutResult:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from engine_support import admin_transport, create_topic, push_consumer, wait_for
 
+from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.remoting.message_codec import ZLIB_COMPRESSED_SYS_FLAG, prefix_size
@@ -83,6 +84,21 @@ async def broker(tmp_path: Path) -> Any:
         yield b
 
 
+def body_collector(
+    broker: Any, group: str, **options: Any
+) -> tuple[AsyncPushConsumer, list[bytes]]:
+    """A push consumer of ``TOPIC`` and the list the bodies it receives land in."""
+    got: list[bytes] = []
+    consumer = push_consumer(broker, group, **options)
+    consumer.subscribe(TOPIC)
+
+    @consumer.register_listener
+    def handle(messages: list[MessageExt]) -> None:
+        got.extend(m.body for m in messages)
+
+    return consumer, got
+
+
 async def test_bad_records_are_skipped_once_and_the_rest_delivered(
     broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -103,14 +119,7 @@ async def test_bad_records_are_skipped_once_and_the_rest_delivered(
     await send_raw(broker, records)
     break_total_size(tmp_path / "broker", b"m6-damaged-on-disk")
 
-    got: list[bytes] = []
-    consumer = push_consumer(broker, "g-damaged", pull_batch_size=32)
-    consumer.subscribe(TOPIC)
-
-    @consumer.register_listener
-    def handle(messages: list[MessageExt]) -> None:
-        got.extend(m.body for m in messages)
-
+    consumer, got = body_collector(broker, "g-damaged", pull_batch_size=32)
     caplog.set_level(logging.ERROR)
     await consumer.start()
     try:
@@ -139,14 +148,7 @@ async def test_a_smaller_cap_makes_a_large_body_a_bad_record(
 ) -> None:
     large = zlib.compress(b"x" * 300_000)
     await send_raw(broker, [(large, ZLIB_COMPRESSED_SYS_FLAG), (b"after", 0)])
-    got: list[bytes] = []
-    consumer = push_consumer(broker, "g-capped", max_decompressed_body_size=100_000)
-    consumer.subscribe(TOPIC)
-
-    @consumer.register_listener
-    def handle(messages: list[MessageExt]) -> None:
-        got.extend(m.body for m in messages)
-
+    consumer, got = body_collector(broker, "g-capped", max_decompressed_body_size=100_000)
     caplog.set_level(logging.ERROR)
     await consumer.start()
     try:

@@ -53,6 +53,17 @@ def valid(path: Path) -> None:
 Damage = Callable[[Path], None]
 
 
+def damaged_store(tmp_path: Path, main: Damage, bak: Damage) -> LocalFileOffsetStore:
+    """A store whose file and backup were both valid, then took ``main`` and ``bak``."""
+    store = LocalFileOffsetStore(tmp_path, "cid", "g")
+    store.path.parent.mkdir(parents=True)
+    valid(store.path)
+    valid(store.bak_path)
+    main(store.path)
+    bak(store.bak_path)
+    return store
+
+
 @pytest.mark.parametrize(
     ("main", "bak"),
     [
@@ -68,12 +79,7 @@ Damage = Callable[[Path], None]
 async def test_load_refuses_when_no_file_holds_offsets(
     tmp_path: Path, main: Damage, bak: Damage
 ) -> None:
-    store = LocalFileOffsetStore(tmp_path, "cid", "g")
-    store.path.parent.mkdir(parents=True)
-    valid(store.path)
-    valid(store.bak_path)
-    main(store.path)
-    bak(store.bak_path)
+    store = damaged_store(tmp_path, main, bak)
     with pytest.raises(ClientError) as caught:
         await store.load()
     message = str(caught.value)
@@ -87,12 +93,7 @@ async def test_load_refuses_when_no_file_holds_offsets(
     [(missing, missing), (empty, missing), (empty, empty), (corrupt, valid), (missing, valid)],
 )
 async def test_load_starts_when_nothing_was_lost(tmp_path: Path, main: Damage, bak: Damage) -> None:
-    store = LocalFileOffsetStore(tmp_path, "cid", "g")
-    store.path.parent.mkdir(parents=True)
-    valid(store.path)
-    valid(store.bak_path)
-    main(store.path)
-    bak(store.bak_path)
+    store = damaged_store(tmp_path, main, bak)
     await store.load()
     expected = {Q0: 7} if bak is valid else {}
     assert store.clone_offset_table("") == expected

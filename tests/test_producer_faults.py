@@ -7,13 +7,13 @@ Two brokers share one name server, so a retry can go to the other broker.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from faultproxy import FaultProxy
+from test_faults_support import ProxiedBroker
 
 from rmqk.engine.producer import AsyncProducer
 from rmqk.errors import (
@@ -25,7 +25,6 @@ from rmqk.errors import (
 )
 from rmqk.message import Message
 from rmqk.model import SendStatus
-from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,21 +32,6 @@ pytestmark = pytest.mark.timeout(60)
 SEND = RequestCode.SEND_MESSAGE_V2
 TOPIC = "FaultTopic"
 ILLEGAL_REMARK = "the message is illegal, maybe msg body or properties length not matched"
-
-
-class ProxiedBroker(EmbeddedBroker):
-    """A broker whose advertised address is its proxy's (the name server is reached directly)."""
-
-    def __init__(self, data_dir: str | os.PathLike[str], proxy: FaultProxy, **options: Any):
-        super().__init__(data_dir, **options)
-        self.proxy = proxy
-
-    def _advertise(self, port: int) -> str:
-        addr = super()._advertise(port)
-        if self._namesrv_addr is None:
-            return addr
-        self.proxy.upstream = addr
-        return self.proxy.addr
 
 
 class Cluster:

@@ -14,13 +14,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import start_rmqk
 from engine_support import create_topic, push_consumer, wait_for
 
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
@@ -82,6 +82,18 @@ def lite(broker: Any, group: str) -> AsyncLitePullConsumer:
     )
 
 
+async def poll_at_least(
+    c: AsyncLitePullConsumer, count: int, timeout_s: float, settle_ms: int
+) -> list[MessageExt]:
+    """Poll until ``count`` messages came or ``timeout_s`` passed, then once more for strays."""
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(await c.poll(300))
+    got.extend(await c.poll(settle_ms))
+    return got
+
+
 def numbers(messages: list[MessageExt]) -> Counter[int]:
     return Counter(int(m.get_property("n") or "-1") for m in messages)
 
@@ -116,12 +128,8 @@ async def test_lite_pull_consumer_receives_exactly_the_matching_messages(
     assert len(expected) == 60
     c = lite(filtering_broker, "g-sql-lite")
     c.subscribe("SqlLite", "region IS NOT NULL AND price > 10.0", "SQL92")
-    got: list[MessageExt] = []
     async with c:
-        deadline = time.monotonic() + 30
-        while len(got) < len(expected) and time.monotonic() < deadline:
-            got.extend(await c.poll(300))
-        got.extend(await c.poll(1000))
+        got = await poll_at_least(c, len(expected), 30, 1000)
     seen = numbers(got)
     assert set(seen) == expected
     assert max(seen.values()) == 1
@@ -134,12 +142,8 @@ async def test_a_thrown_evaluation_selects_nothing(filtering_broker: Any) -> Non
     expected = {i for i in range(TOTAL) if i % 2 == 0 and i / 2 > 90}
     c = lite(filtering_broker, "g-sql-throw")
     c.subscribe("SqlThrow", "price > 90", "SQL92")
-    got: list[MessageExt] = []
     async with c:
-        deadline = time.monotonic() + 30
-        while len(got) < len(expected) and time.monotonic() < deadline:
-            got.extend(await c.poll(300))
-        got.extend(await c.poll(1000))
+        got = await poll_at_least(c, len(expected), 30, 1000)
     assert set(numbers(got)) == expected
 
 
@@ -275,11 +279,7 @@ async def test_async_subscribe_on_a_running_consumer_reports_the_refusal(
         assert accepted is not None
         await accepted
         await send_all(filtering_broker.namesrv_addr, "SqlLater")
-        got: list[MessageExt] = []
-        deadline = time.monotonic() + 20
-        while len(got) < 3 and time.monotonic() < deadline:
-            got.extend(await c.poll(300))
-        got.extend(await c.poll(500))
+        got = await poll_at_least(c, 3, 20, 500)
     assert sorted(numbers(got).elements()) == [0, 1, 2]
 
 
@@ -333,23 +333,7 @@ def test_broker_conf_keys(tmp_path: Path) -> None:
 
 def _broker_process(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rmqk.cli",
-            "broker",
-            "--port",
-            "0",
-            "--data",
-            str(tmp_path / "d"),
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = start_rmqk("broker", "--port", "0", "--data", str(tmp_path / "d"), *args, env=env)
     assert proc.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + 30

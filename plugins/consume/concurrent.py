@@ -9,10 +9,9 @@ offset is the lowest offset still in flight, so nothing is skipped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from itertools import repeat
 from operator import attrgetter
 from typing import Any
@@ -22,6 +21,8 @@ from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
 from rmqk.options import OptionSpec
+from rmqk.plugins.consume.status import read_status
+from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["ConcurrentConsumeService", "normalize_status"]
@@ -43,18 +44,9 @@ EXPIRED_SCAN_LIMIT = 16
 
 def normalize_status(value: Any) -> ConsumeStatus | None:
     """A listener's answer as a ConsumeStatus; None (success) or an unknown value -> None."""
-    if value is None or value is True:
-        return ConsumeStatus.CONSUME_SUCCESS
-    if isinstance(value, ConsumeStatus):
-        return value
-    if isinstance(value, str):
-        try:
-            return ConsumeStatus(value)
-        except ValueError:
-            return None
-    if value is False:
-        return ConsumeStatus.RECONSUME_LATER
-    return None
+    return read_status(
+        value, ConsumeStatus, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.RECONSUME_LATER
+    )
 
 
 class _Request:
@@ -125,20 +117,14 @@ class ConcurrentConsumeService:
                 self._busy or self._deferred or not self._queue.empty()
             ) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-        for task in [*self._workers, *self._tasks]:
-            task.cancel()
-        for task in [*self._workers, *self._tasks]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all([*self._workers, *self._tasks])
         self._workers = []
         # Acknowledgements still waiting for their loop turn count before the
         # consumer drops its queues and persists the offsets.
         self._flush_acks()
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        spawn(self._tasks, coro)
 
     def submit(
         self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue, dispatch_to_consume: bool

@@ -10,10 +10,9 @@ later message is never consumed before an earlier one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from rmqk.consume_host import ConsumeHost, QueueView
@@ -22,6 +21,8 @@ from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeOrderlyStatus, MessageModel, MessageQueue
 from rmqk.options import JAVA_INT_MAX, OptionSpec, OptionType
+from rmqk.plugins.consume.status import read_status
+from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["OrderlyConsumeService", "normalize_orderly_status"]
@@ -33,16 +34,12 @@ MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60_000
 
 
 def normalize_orderly_status(value: Any) -> ConsumeOrderlyStatus | None:
-    if value is None or value is True:
-        return ConsumeOrderlyStatus.SUCCESS
-    if isinstance(value, ConsumeOrderlyStatus):
-        return value
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            return ConsumeOrderlyStatus(value)
-    if value is False:
-        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-    return None
+    return read_status(
+        value,
+        ConsumeOrderlyStatus,
+        ConsumeOrderlyStatus.SUCCESS,
+        ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT,
+    )
 
 
 class OrderlyConsumeService:
@@ -95,19 +92,13 @@ class OrderlyConsumeService:
             self._lock_renewer.cancel()
         if await_termination_ms > 0 and self._tasks:
             await asyncio.wait(list(self._tasks), timeout=await_termination_ms / 1000)
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all(self._tasks)
         if self.clustering:
             # Synchronous unlock, so the next owner does not wait for the lock to expire.
             await self.host.unlock_all(False)
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        spawn(self._tasks, coro)
 
     def submit(
         self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue, dispatch_to_consume: bool
@@ -231,14 +222,10 @@ class OrderlyConsumeService:
                     )
                 commit_offset = pq.commit()
                 stats.consume_ok(mq.topic, len(msgs))
+            elif await self._failed(msgs, ctx, pq, mq):
+                keep_going = False
             else:
-                stats.consume_failed(mq.topic, len(msgs))
-                if await self._check_reconsume_times(msgs):
-                    pq.make_messages_to_consume_again(msgs)
-                    self._submit_later(pq, mq, self._suspend_ms(ctx))
-                    keep_going = False
-                else:
-                    commit_offset = pq.commit()
+                commit_offset = pq.commit()
         else:
             if status is S.SUCCESS:
                 stats.consume_ok(mq.topic, len(msgs))
@@ -248,14 +235,21 @@ class OrderlyConsumeService:
                 pq.rollback()
                 self._submit_later(pq, mq, self._suspend_ms(ctx))
                 keep_going = False
-            else:
-                stats.consume_failed(mq.topic, len(msgs))
-                if await self._check_reconsume_times(msgs):
-                    pq.make_messages_to_consume_again(msgs)
-                    self._submit_later(pq, mq, self._suspend_ms(ctx))
-                    keep_going = False
+            elif await self._failed(msgs, ctx, pq, mq):
+                keep_going = False
         self.host.update_offset(mq, pq, commit_offset)
         return keep_going
+
+    async def _failed(
+        self, msgs: list[MessageExt], ctx: ConsumeOrderlyContext, pq: QueueView, mq: MessageQueue
+    ) -> bool:
+        """Count a failed batch; True when it is consumed again here after a suspension."""
+        self.host.stats.consume_failed(mq.topic, len(msgs))
+        if not await self._check_reconsume_times(msgs):
+            return False
+        pq.make_messages_to_consume_again(msgs)
+        self._submit_later(pq, mq, self._suspend_ms(ctx))
+        return True
 
     async def _check_reconsume_times(self, msgs: list[MessageExt]) -> bool:
         """True when the batch must be retried locally; past the maximum, DLQ instead."""
