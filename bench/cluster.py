@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from rmqk.errors import RmqkError
@@ -189,12 +188,7 @@ class Cluster:
                 proc.kill()
                 proc.wait(10)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         loop = asyncio.get_running_loop()
         if self._proc is not None:
             await loop.run_in_executor(None, self._stop_process)

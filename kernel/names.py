@@ -24,42 +24,36 @@ NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
 _NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
+def _check_name(kind: str, name: str, max_length: int) -> str | None:
+    """Java's checks shared by group and topic names: not blank, not too long, legal characters."""
+    if not name.strip():
+        return f"the specified {kind} is blank"
+    if len(name) > max_length:
+        return (
+            f"the specified {kind} is longer than {kind} max length {max_length} "
+            f"(it has {len(name)} characters)"
+        )
+    if not _NAME_RE.fullmatch(name):
+        return (
+            f"the specified {kind}[{name}] contains illegal characters, allowing only "
+            f"{NAME_PATTERN}"
+        )
+    return None
+
+
 def check_group(group: object) -> str | None:
     """What is wrong with a consumer group name, or None (Java's checkConfig)."""
     if not isinstance(group, str):
         return f"must be a string, got {describe_value(group)}"
-    if not group.strip():
-        return "the specified group is blank"
-    if len(group) > GROUP_MAX_LENGTH:
-        return (
-            f"the specified group is longer than group max length {GROUP_MAX_LENGTH} "
-            f"(it has {len(group)} characters)"
-        )
-    if not _NAME_RE.fullmatch(group):
-        return (
-            f"the specified group[{group}] contains illegal characters, allowing only "
-            f"{NAME_PATTERN}"
-        )
-    if group == DEFAULT_CONSUMER_GROUP:
+    problem = _check_name("group", group, GROUP_MAX_LENGTH)
+    if problem is None and group == DEFAULT_CONSUMER_GROUP:
         return f"group can not equal {DEFAULT_CONSUMER_GROUP}, please specify another one"
-    return None
+    return problem
 
 
 def check_topic(topic: str) -> str | None:
     """What is wrong with a topic name, or None (Java's Validators.checkTopic)."""
-    if not topic.strip():
-        return "the specified topic is blank"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return (
-            f"the specified topic is longer than topic max length {TOPIC_MAX_LENGTH} "
-            f"(it has {len(topic)} characters)"
-        )
-    if not _NAME_RE.fullmatch(topic):
-        return (
-            f"the specified topic[{topic}] contains illegal characters, allowing only "
-            f"{NAME_PATTERN}"
-        )
-    return None
+    return _check_name("topic", topic, TOPIC_MAX_LENGTH)
 
 
 def check_tag_expression(expression: str) -> str | None:

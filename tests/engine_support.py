@@ -7,6 +7,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import pytest
+
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.message import Message
@@ -16,6 +18,11 @@ from rmqk.transport import Transport, TransportConfig
 
 # Short delay levels so retry tests run in seconds (level 3 = first retry).
 FAST_DELAY_LEVELS = "100ms 200ms " + " ".join(["300ms"] * 16)
+# The marks of a test module whose messages go round the retry topics: quick delay levels.
+FAST_RETRY_MARKS = [
+    pytest.mark.timeout(120),
+    pytest.mark.broker_options(delay_levels=FAST_DELAY_LEVELS),
+]
 
 
 def push_consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:

@@ -43,7 +43,6 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Mapping
-from types import TracebackType
 
 from rmqk.plugins.remoting.frame import decode_frame_typed, encode_frame
 from rmqk.protocol import RemotingCommand
@@ -367,12 +366,7 @@ class FaultProxy:
     async def __aenter__(self) -> FaultProxy:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

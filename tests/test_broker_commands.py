@@ -16,14 +16,21 @@ from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 pytestmark = pytest.mark.timeout(120)
 
 
-async def running_consumer(broker: Any, group: str, topic: str, sink: list[MessageExt]) -> Any:
+async def running_consumer(
+    broker: Any, group: str, topic: str, prefix: str, count: int
+) -> tuple[AsyncPushConsumer, list[MessageExt]]:
+    """``count`` messages ``<prefix><i>`` on a new two-queue ``topic`` and a started
+    consumer from the first offset; the list is where its messages land."""
+    await create_topic(broker, topic, 2)
+    await produce(broker.namesrv_addr, topic, (f"{prefix}{i}".encode() for i in range(count)))
+    got: list[MessageExt] = []
     c = AsyncPushConsumer(
         group, namesrv_addr=broker.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
     )
     c.subscribe(topic)
-    c.register_listener(lambda msgs: sink.extend(msgs))
+    c.register_listener(lambda msgs: got.extend(msgs))
     await c.start()
-    return c
+    return c, got
 
 
 def reset_to_start(topic: str, group: str) -> RemotingCommand:
@@ -39,10 +46,7 @@ async def test_reset_offset_from_the_broker_rewinds_a_running_consumer(
 ) -> None:
     # Java waits 10 s between dropping the queues and applying the offsets.
     monkeypatch.setattr(AsyncPushConsumer, "reset_offset_pause_ms", 200)
-    await create_topic(broker, "Rewind", 2)
-    await produce(broker.namesrv_addr, "Rewind", (f"m{i}".encode() for i in range(100)))
-    got: list[MessageExt] = []
-    c = await running_consumer(broker, "g-rewind", "Rewind", got)
+    c, got = await running_consumer(broker, "g-rewind", "Rewind", "m", 100)
     admin = await admin_transport(broker.namesrv_addr)
     try:
         await wait_for(lambda: len(got) >= 100, 20, "first pass")
@@ -78,10 +82,7 @@ async def test_reset_offset_for_a_group_nobody_runs_is_refused(broker: Any) -> N
 
 
 async def test_running_info_and_consume_directly_are_relayed_to_the_client(broker: Any) -> None:
-    await create_topic(broker, "Info", 2)
-    await produce(broker.namesrv_addr, "Info", (f"i{i}".encode() for i in range(10)))
-    got: list[MessageExt] = []
-    c = await running_consumer(broker, "g-info", "Info", got)
+    c, got = await running_consumer(broker, "g-info", "Info", "i", 10)
     admin = await admin_transport(broker.namesrv_addr)
     try:
         await wait_for(lambda: len(got) >= 10, 20, "messages")

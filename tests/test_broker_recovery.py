@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from store_support import SEGMENT, make_store, segment_path
+from store_support import SEGMENT, make_store, put_record, segment_path
 
 from rmqk.message import MessageExt
 from rmqk.plugins.broker.store import GetMessageStatus, MessageStore, PutResult, StoreError
@@ -24,22 +24,13 @@ from rmqk.plugins.remoting.message_codec import decode_messages, encode_stored_m
 pytestmark = pytest.mark.timeout(120)
 
 
-
 def body_of(i: int) -> bytes:
     return (b"%08d" % i) * (1 + i % 37)
 
 
 def put(store: MessageStore, i: int, queue_id: int | None = None) -> PutResult:
-    result = store.put_message(
-        topic="K",
-        queue_id=i % 3 if queue_id is None else queue_id,
-        body=body_of(i),
-        flag=0,
-        properties_raw=f"TAGS\x01t{i % 5}\x02KEYS\x01{i}",
-        sys_flag=0,
-        born_timestamp=i,
-        born_host="10.0.0.1:1",
-    )
+    queue = i % 3 if queue_id is None else queue_id
+    result = put_record(store, "K", queue, i, body_of(i), f"TAGS\x01t{i % 5}\x02KEYS\x01{i}")
     assert result.ok, result
     return result
 

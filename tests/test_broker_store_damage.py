@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from store_support import SEGMENT, make_store, segment_path
+from store_support import SEGMENT, make_store, put_record, segment_path
 
 from rmqk.plugins.broker.store import GetMessageStatus, MessageStore, PutResult
 
@@ -25,16 +25,8 @@ _FAST = settings(
 
 
 def put(store: MessageStore, topic: str, queue_id: int, i: int) -> PutResult:
-    result = store.put_message(
-        topic=topic,
-        queue_id=queue_id,
-        body=b"body-%06d-" % i + b"x" * (i % 50),
-        flag=0,
-        properties_raw=f"KEYS\x01{i}",
-        sys_flag=0,
-        born_timestamp=i,
-        born_host="10.0.0.1:1",
-    )
+    body = b"body-%06d-" % i + b"x" * (i % 50)
+    result = put_record(store, topic, queue_id, i, body, f"KEYS\x01{i}")
     assert result.ok, result
     return result
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_support import make_store
+from store_support import make_store, put_record
 from test_broker_support import RawClient, messages_of
 
 from rmqk.errors import RmqkError
@@ -39,16 +39,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def put(store: MessageStore, i: int, *, size: int = 100) -> PutResult:
-    return store.put_message(
-        topic="K",
-        queue_id=0,
-        body=b"%06d" % i + b"x" * size,
-        flag=0,
-        properties_raw=f"KEYS\x01{i}",
-        sys_flag=0,
-        born_timestamp=i,
-        born_host="10.0.0.1:1",
-    )
+    return put_record(store, "K", 0, i, b"%06d" % i + b"x" * size, f"KEYS\x01{i}")
 
 
 def bodies(store: MessageStore) -> list[bytes]:

@@ -11,9 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
 from engine_support import (
-    FAST_DELAY_LEVELS,
+    FAST_RETRY_MARKS,
     committed_offsets,
     create_topic,
     produce,
@@ -23,10 +22,7 @@ from engine_support import (
 
 from rmqk.message import MessageExt
 
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.broker_options(delay_levels=FAST_DELAY_LEVELS),
-]
+pytestmark = FAST_RETRY_MARKS
 
 
 consumer = push_consumer

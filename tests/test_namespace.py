@@ -512,9 +512,9 @@ def test_run_status_and_admin_with_a_namespace(
 ) -> None:
     import json
     import signal
-    import subprocess
-    import sys
     import time
+
+    from cli_support import start_rmqk
 
     addr = broker_thread.namesrv_addr
     create = ("admin", "topic", "create", "Orders", "-n", addr, "--namespace", "ns1")
@@ -541,12 +541,7 @@ sink = "jsonl"
 sink_options = {{ path = "{out_file}" }}
 """
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_rmqk("run", str(config))
     try:
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline:

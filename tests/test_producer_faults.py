@@ -7,7 +7,7 @@ Two brokers share one name server, so a retry can go to the other broker.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from rmqk.errors import (
     SendFailedError,
 )
 from rmqk.message import Message
-from rmqk.model import SendStatus
+from rmqk.model import SendResult, SendStatus
 from rmqk.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -171,6 +171,19 @@ async def test_async_mode_never_retries_a_broker_answer(one_broker: Cluster) -> 
 # ----------------------------------------------------------------------------- a refusing broker
 
 
+async def outcomes_of(
+    send: Callable[[Message], Awaitable[SendResult]], count: int, error: type[Exception]
+) -> list[Any]:
+    """What ``count`` sends gave: each result, or the ``error`` it raised."""
+    outcomes: list[Any] = []
+    for i in range(count):
+        try:
+            outcomes.append(await send(msg(i)))
+        except error as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
 async def test_a_refusing_broker_is_avoided_on_retry(two_brokers: Cluster) -> None:
     two_brokers.proxy("broker-a").refuse = True
     async with producer(two_brokers, "p-refused") as p:
@@ -186,12 +199,7 @@ async def test_a_refusing_broker_is_avoided_on_retry(two_brokers: Cluster) -> No
 async def test_without_retries_a_refusing_broker_fails_the_send(two_brokers: Cluster) -> None:
     two_brokers.proxy("broker-a").refuse = True
     async with producer(two_brokers, "p-refused-once", retry_times_when_send_failed=0) as p:
-        outcomes: list[Any] = []
-        for i in range(4):
-            try:
-                outcomes.append(await p.send(msg(i)))
-            except SendFailedError as exc:
-                outcomes.append(exc)
+        outcomes = await outcomes_of(p.send, 4, SendFailedError)
     failures = [o for o in outcomes if isinstance(o, SendFailedError)]
     assert len(failures) == 2  # round robin: every other send picks broker-a
     for failure in failures:
@@ -211,12 +219,7 @@ async def test_async_mode_retries_a_refusing_broker_on_another(two_brokers: Clus
 async def test_async_retry_count_is_an_option(two_brokers: Cluster) -> None:
     two_brokers.proxy("broker-a").refuse = True
     async with producer(two_brokers, "p-async-once", retry_times_when_send_async_failed=0) as p:
-        outcomes: list[Any] = []
-        for i in range(4):
-            try:
-                outcomes.append(await p.send_async(msg(i)))
-            except RemotingError as exc:
-                outcomes.append(exc)
+        outcomes = await outcomes_of(p.send_async, 4, RemotingError)
     assert sum(isinstance(o, RemotingError) for o in outcomes) == 2
     assert two_brokers.sends("broker-b") == 2
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from engine_support import (
-    FAST_DELAY_LEVELS,
+    FAST_RETRY_MARKS,
     committed_offsets,
     create_topic,
     held_queues,
@@ -30,10 +30,7 @@ from rmqk.errors import ClientError, ConfigError
 from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeStatus, MessageQueue
 
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.broker_options(delay_levels=FAST_DELAY_LEVELS),
-]
+pytestmark = FAST_RETRY_MARKS
 
 
 consumer = push_consumer

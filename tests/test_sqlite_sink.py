@@ -13,13 +13,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import start_rmqk
 from engine_support import create_topic, produce, wait_for
 
 from rmqk.errors import ConfigError
@@ -106,12 +106,7 @@ async def test_kill_9_mid_backlog_then_restart_writes_each_message_once(
 ) -> None:
     db = tmp_path / "out.db"
     config = _config(tmp_path, backlog.namesrv_addr, db)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = start_rmqk("run", str(config), stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while _rows(db) < TOTAL // 4:

@@ -40,6 +40,12 @@ from rmqk.plugins.trace.records import (
 
 pytestmark = pytest.mark.timeout(120)
 
+# A consumer that traces what it consumes, from the first offset so no message is missed.
+TRACED_FROM_FIRST: dict[str, Any] = {
+    "consume_from_where": "CONSUME_FROM_FIRST_OFFSET",
+    "enable_msg_trace": True,
+}
+
 A, B = "\x01", "\x02"
 
 # -- the format, byte for byte ----------------------------------------------------------------
@@ -181,12 +187,7 @@ async def test_traces_of_sends_successes_failures_and_retries(
     assert trace.dispatcher_of("trace-pg", producer=True) is None  # flushed and gone
 
     attempts: dict[str, int] = {}
-    consumer = AsyncPushConsumer(
-        "trace-cg",
-        namesrv_addr=broker.namesrv_addr,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        enable_msg_trace=True,
-    )
+    consumer = AsyncPushConsumer("trace-cg", namesrv_addr=broker.namesrv_addr, **TRACED_FROM_FIRST)
     consumer.subscribe("Traced", "*")
 
     @consumer.register_listener
@@ -259,8 +260,7 @@ async def test_an_unwritable_trace_topic_neither_slows_nor_stops_consumption(
     consumer = AsyncPushConsumer(
         "busy-cg",
         namesrv_addr=broker.namesrv_addr,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        enable_msg_trace=True,
+        **TRACED_FROM_FIRST,
         customized_trace_topic="SCHEDULE_TOPIC_XXXX",
         consume_message_batch_max_size=1,
     )
@@ -298,8 +298,7 @@ async def test_lite_pull_traces_each_found_pull_as_java(broker: Any) -> None:
     consumer = AsyncLitePullConsumer(
         "lite-cg",
         namesrv_addr=broker.namesrv_addr,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        enable_msg_trace=True,
+        **TRACED_FROM_FIRST,
         customized_trace_topic="LiteTrace",
     )
     consumer.subscribe("LiteTraced", "*")
@@ -324,12 +323,8 @@ def test_admin_trace_prints_sender_store_time_and_consumers(
 
     with Producer("admin-pg", namesrv_addr=broker_thread.namesrv_addr, enable_msg_trace=True) as p:
         sent = p.send(Message("AdminTraced", b"hello", tags="T1"))
-    consumer = LitePullConsumer(
-        "admin-cg",
-        namesrv_addr=broker_thread.namesrv_addr,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        enable_msg_trace=True,
-    )
+    addr = broker_thread.namesrv_addr
+    consumer = LitePullConsumer("admin-cg", namesrv_addr=addr, **TRACED_FROM_FIRST)
     consumer.subscribe("AdminTraced", "*")
     consumer.start()
     try:

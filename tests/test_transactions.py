@@ -59,6 +59,19 @@ async def _total(broker: Any, topic: str) -> int:
     return sum((await max_offsets(broker.namesrv_addr, broker.broker_addr, topic, 4)).values())
 
 
+def tx_producer(
+    broker: Any, group: str, answer: LocalTransactionState, check: Any = None
+) -> AsyncTransactionProducer:
+    """A transaction producer whose local transactions answer ``answer``; so do its checks
+    unless ``check`` is given."""
+    return AsyncTransactionProducer(
+        group,
+        namesrv_addr=broker.namesrv_addr,
+        execute_local_transaction=lambda m, a: answer,
+        check_local_transaction=check or (lambda m: answer),
+    )
+
+
 async def test_commit_rollback_and_unknown_then_check(broker_factory: Any) -> None:
     broker = await broker_factory(**FAST)
     await create_topic(broker, "TxOrders", 4)
@@ -183,12 +196,7 @@ async def test_producer_killed_between_half_and_commit_is_settled_by_another(
         asked.append(msg.body)
         return COMMIT
 
-    async with AsyncTransactionProducer(
-        "tx-kill",
-        namesrv_addr=broker.namesrv_addr,
-        execute_local_transaction=lambda m, a: COMMIT,
-        check_local_transaction=check,
-    ):
+    async with tx_producer(broker, "tx-kill", COMMIT, check):
         await wait_for(lambda: seen.bodies == [b"orphan"], 20, "the orphan's commit")
     await asyncio.sleep(0.5)
     assert seen.bodies == [b"orphan"]
@@ -200,24 +208,14 @@ async def test_broker_restart_between_half_and_commit(broker_factory: Any, tmp_p
     data = tmp_path / "restarted"
     first = await broker_factory(data_dir=data, **FAST)
     await create_topic(first, "TxRestart", 4)
-    async with AsyncTransactionProducer(
-        "tx-restart",
-        namesrv_addr=first.namesrv_addr,
-        execute_local_transaction=lambda m, a: UNKNOW,
-        check_local_transaction=lambda m: UNKNOW,
-    ) as producer:
+    async with tx_producer(first, "tx-restart", UNKNOW) as producer:
         result = await producer.send_message_in_transaction(Message("TxRestart", b"survivor"))
     assert result.local_transaction_state is UNKNOW
     await first.stop()
 
     second = await broker_factory(data_dir=data, **FAST)
     consumer, seen = await _consume(second, "tx-restart-consumer", "TxRestart")
-    async with AsyncTransactionProducer(
-        "tx-restart",
-        namesrv_addr=second.namesrv_addr,
-        execute_local_transaction=lambda m, a: COMMIT,
-        check_local_transaction=lambda m: COMMIT,
-    ):
+    async with tx_producer(second, "tx-restart", COMMIT):
         await wait_for(lambda: seen.bodies == [b"survivor"], 20, "the commit after restart")
     await asyncio.sleep(0.5)
     assert seen.bodies == [b"survivor"]
@@ -262,12 +260,7 @@ async def test_end_transaction_for_unknown_or_ordinary_offsets_is_refused(broker
 
 async def test_wrong_group_or_offset_cannot_commit_a_half_message(broker: Any) -> None:
     await create_topic(broker, "TxWrong", 4)
-    async with AsyncTransactionProducer(
-        "tx-owner",
-        namesrv_addr=broker.namesrv_addr,
-        execute_local_transaction=lambda m, a: UNKNOW,
-        check_local_transaction=lambda m: UNKNOW,
-    ) as producer:
+    async with tx_producer(broker, "tx-owner", UNKNOW) as producer:
         result = await producer.send_message_in_transaction(Message("TxWrong", b"held"))
     _, offset = decode_offset_msg_id(result.offset_msg_id)
     answer = await _end_transaction(
@@ -298,12 +291,7 @@ async def test_unanswered_checks_discard_the_message_after_the_maximum(
         return COMMIT
 
     caplog.set_level(logging.ERROR, logger="rmqk.broker.transaction")
-    async with AsyncTransactionProducer(
-        "tx-silent",
-        namesrv_addr=broker.namesrv_addr,
-        execute_local_transaction=lambda m, a: UNKNOW,
-        check_local_transaction=never_answers,
-    ) as producer:
+    async with tx_producer(broker, "tx-silent", UNKNOW, never_answers) as producer:
         await producer.send_message_in_transaction(Message("TxSilent", b"limbo"))
         await wait_for(
             lambda: broker.store.max_offset(CHECK_MAX_TIME_TOPIC, 0) == 1, 20, "the discard"
@@ -332,12 +320,7 @@ async def test_reject_transaction_message_refuses_half_messages(broker_factory: 
     await create_topic(broker, "TxRefused", 4)
     from rmqk.errors import ClientError
 
-    async with AsyncTransactionProducer(
-        "tx-refused",
-        namesrv_addr=broker.namesrv_addr,
-        execute_local_transaction=lambda m, a: COMMIT,
-        check_local_transaction=lambda m: COMMIT,
-    ) as producer:
+    async with tx_producer(broker, "tx-refused", COMMIT) as producer:
         with pytest.raises(ClientError, match="sending transaction message is forbidden"):
             await producer.send_message_in_transaction(Message("TxRefused", b"no"))
 

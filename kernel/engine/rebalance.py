@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import attrs
@@ -340,18 +340,23 @@ class Rebalance:
                 pq.last_lock_timestamp = now
         return mq in ok
 
-    async def lock_all(self) -> None:
-        client = self.consumer.client
+    def _held_by_broker(self) -> Iterator[tuple[str, str, list[MessageQueue]]]:
+        """The held queues by broker name with the broker's address, found as each broker's
+        turn comes (Java's buildProcessQueueTableByBrokerName); unknown brokers are skipped."""
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in self.process_queue_table:
             by_broker.setdefault(mq.broker_name, []).append(mq)
         for broker_name, mqs in by_broker.items():
-            found = client.find_broker_address_in_subscribe(broker_name, 0, True)
-            if found is None:
-                continue
+            found = self.consumer.client.find_broker_address_in_subscribe(broker_name, 0, True)
+            if found is not None:
+                yield broker_name, found.broker_addr, mqs
+
+    async def lock_all(self) -> None:
+        client = self.consumer.client
+        for broker_name, broker_addr, mqs in self._held_by_broker():
             try:
                 ok = await client.transport.lock_batch_mq(
-                    found.broker_addr, self.group, client.client_id, mqs, 1000
+                    broker_addr, self.group, client.client_id, mqs, 1000
                 )
             except Exception as exc:
                 log.warning("lockBatchMQ on %s failed: %s", broker_name, exc)
@@ -381,16 +386,10 @@ class Rebalance:
 
     async def unlock_all(self, oneway: bool) -> None:
         client = self.consumer.client
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in self.process_queue_table:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for broker_name, mqs in by_broker.items():
-            found = client.find_broker_address_in_subscribe(broker_name, 0, True)
-            if found is None:
-                continue
+        for broker_name, broker_addr, mqs in self._held_by_broker():
             try:
                 await client.transport.unlock_batch_mq(
-                    found.broker_addr, self.group, client.client_id, mqs, oneway, 1000
+                    broker_addr, self.group, client.client_id, mqs, oneway, 1000
                 )
             except Exception as exc:
                 log.warning("unlockBatchMQ on %s failed: %s", broker_name, exc)

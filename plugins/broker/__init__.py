@@ -29,7 +29,6 @@ import os
 import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmqk.errors import RmqkError
@@ -367,12 +366,7 @@ class EmbeddedBroker:
     async def __aenter__(self) -> EmbeddedBroker:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
     async def _handle(self, conn: Any, request: Any, serialize_type: int) -> Any:
@@ -582,12 +576,7 @@ class BrokerThread:
     def __enter__(self) -> BrokerThread:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

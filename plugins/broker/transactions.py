@@ -136,9 +136,13 @@ class TransactionalMessageBridge:
 
     def put_back_half(self, msg: MessageExt) -> PutResult:
         """renewHalfMessageInner + putMessage: the half message again, at the queue's end."""
+        return self._put_copy(msg, msg.topic, msg.queue_id)
+
+    def _put_copy(self, msg: MessageExt, topic: str, queue_id: int) -> PutResult:
+        """``msg`` stored again as it came, into ``topic``'s queue ``queue_id``."""
         result: PutResult = self.store.put_message(
-            topic=msg.topic,
-            queue_id=msg.queue_id,
+            topic=topic,
+            queue_id=queue_id,
             body=msg.body,
             flag=msg.flag,
             properties_raw=java_properties_string(msg.properties),
@@ -175,18 +179,7 @@ class TransactionalMessageBridge:
     def put_discarded(self, msg: MessageExt) -> bool:
         """DefaultTransactionalMessageCheckListener.resolveDiscardMsg's put."""
         create_topic_in_send_back(self.ctx, CHECK_MAX_TIME_TOPIC, 1, _RW)
-        result = self.store.put_message(
-            topic=CHECK_MAX_TIME_TOPIC,
-            queue_id=0,
-            body=msg.body,
-            flag=msg.flag,
-            properties_raw=java_properties_string(msg.properties),
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-        )
-        return bool(result.ok)
+        return bool(self._put_copy(msg, CHECK_MAX_TIME_TOPIC, 0).ok)
 
     # -- reading -------------------------------------------------------------------
 

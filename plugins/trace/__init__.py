@@ -48,7 +48,10 @@ _lock = threading.Lock()
 _runtime = TraceRuntime()
 
 
-def _table(context: ClientContext) -> dict[str, TracedClient]:
+def _traced_table(context: ClientContext) -> dict[str, TracedClient] | None:
+    """The traced clients of ``context``'s kind, or None when this client traces nothing."""
+    if not getattr(context.options, "enable_msg_trace", False):
+        return None
     if context.role is ClientRole.PRODUCER:
         return _runtime.producers
     return _runtime.consumers
@@ -62,16 +65,13 @@ def dispatcher_of(group: str, producer: bool = False) -> AsyncTraceDispatcher | 
 
 @hookimpl
 async def rmqk_client_started(context: ClientContext) -> None:
+    table = _traced_table(context)
+    if table is None:
+        return
+    if context.group in table:
+        table[context.group].clients += 1
+        return
     options = context.options
-    if not getattr(options, "enable_msg_trace", False):
-        return
-    from rmqk.pluginmanager import get_plugin_manager
-
-    table = _table(context)
-    traced = table.get(context.group)
-    if traced is not None:
-        traced.clients += 1
-        return
     cloud = getattr(options, "access_channel", AccessChannel.LOCAL) is AccessChannel.CLOUD
     dispatcher = AsyncTraceDispatcher(
         unwrap(context.namespace, context.group),
@@ -88,6 +88,8 @@ async def rmqk_client_started(context: ClientContext) -> None:
         log.warning("the trace dispatcher of %s did not start, no traces: %s", context.group, exc)
         return
     table[context.group] = TracedClient(dispatcher, context.namespace, cloud)
+    from rmqk.pluginmanager import get_plugin_manager
+
     manager = get_plugin_manager()
     with _lock:
         if manager.get_plugin(RUNTIME_PLUGIN_NAME) is None:
@@ -96,19 +98,16 @@ async def rmqk_client_started(context: ClientContext) -> None:
 
 @hookimpl
 async def rmqk_client_shutdown(context: ClientContext) -> None:
-    options = context.options
-    if not getattr(options, "enable_msg_trace", False):
-        return
-    from rmqk.pluginmanager import get_plugin_manager
-
-    table = _table(context)
-    traced = table.get(context.group)
-    if traced is None:
+    table = _traced_table(context)
+    traced = table.get(context.group) if table is not None else None
+    if table is None or traced is None:
         return
     traced.clients -= 1
     if traced.clients > 0:
         return
     del table[context.group]
+    from rmqk.pluginmanager import get_plugin_manager
+
     manager = get_plugin_manager()
     with _lock:
         if _runtime.empty and manager.get_plugin(RUNTIME_PLUGIN_NAME) is _runtime:
