@@ -64,6 +64,13 @@ def shares(
     ]
 
 
+def check_builtin(name: str, m: int, c: int, expected: list[list[int]]) -> None:
+    """The built-in ``name`` shares ``m`` queues among ``c`` consumers as ``expected``."""
+    strategy = BUILTIN_FACTORIES[name]()
+    assert strategy.name == name
+    assert shares(strategy, queues(m), cids(c)) == expected
+
+
 # -- AVG ------------------------------------------------------------------------
 
 
@@ -81,9 +88,7 @@ def shares(
     ],
 )
 def test_avg_matches_java(m: int, c: int, expected: list[list[int]]) -> None:
-    strategy = BUILTIN_FACTORIES["AVG"]()
-    assert strategy.name == "AVG"
-    assert shares(strategy, queues(m), cids(c)) == expected
+    check_builtin("AVG", m, c, expected)
 
 
 # -- AVG_BY_CIRCLE --------------------------------------------------------------
@@ -101,9 +106,7 @@ def test_avg_matches_java(m: int, c: int, expected: list[list[int]]) -> None:
     ],
 )
 def test_avg_by_circle_matches_java(m: int, c: int, expected: list[list[int]]) -> None:
-    strategy = BUILTIN_FACTORIES["AVG_BY_CIRCLE"]()
-    assert strategy.name == "AVG_BY_CIRCLE"
-    assert shares(strategy, queues(m), cids(c)) == expected
+    check_builtin("AVG_BY_CIRCLE", m, c, expected)
 
 
 # -- CONSISTENT_HASH ------------------------------------------------------------

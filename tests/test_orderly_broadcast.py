@@ -212,29 +212,26 @@ async def test_broadcasting_every_member_gets_everything_and_resumes_locally(
         return c
 
     names = ["m1", "m2", "m3"]
-    members = [member(n) for n in names]
-    for m in members:
-        await m.start()
-    try:
-        await wait_for(lambda: all(len(got[n]) >= 300 for n in names), 30, "300 each")
-        await asyncio.sleep(0.5)
-    finally:
+
+    async def run_members(names: list[str], each: int, what: str) -> None:
+        """Fresh members under ``names`` run until each got ``each`` messages."""
+        members = [member(n) for n in names]
         for m in members:
-            await m.shutdown()
+            await m.start()
+        try:
+            await wait_for(lambda: all(len(got[n]) >= each for n in names), 30, what)
+            await asyncio.sleep(0.5)
+        finally:
+            for m in members:
+                await m.shutdown()
+
+    await run_members(names, 300, "300 each")
     for n in names:
         assert sorted(got[n]) == sorted(f"a{i}".encode() for i in range(300)), n
         assert (tmp_path / "offsets").exists()
 
     await produce(broker.namesrv_addr, "Fanout", (f"b{i}".encode() for i in range(100)))
     got.clear()
-    members = [member(n) for n in names]
-    for m in members:
-        await m.start()
-    try:
-        await wait_for(lambda: all(len(got[n]) >= 100 for n in names), 30, "100 new each")
-        await asyncio.sleep(0.5)
-    finally:
-        for m in members:
-            await m.shutdown()
+    await run_members(names, 100, "100 new each")
     for n in names:
         assert sorted(got[n]) == sorted(f"b{i}".encode() for i in range(100)), n

@@ -38,7 +38,6 @@ __all__ = [
     "HeartbeatInfo",
     "parse_heartbeat",
     "subscription_from_json",
-    "subscription_to_json",
 ]
 
 log = logging.getLogger("rmqk.broker.clients")
@@ -105,18 +104,6 @@ def subscription_from_json(data: Mapping[str, Any]) -> SubscriptionData:
         expression_type=etype,
         class_filter_mode=bool(data.get("classFilterMode", False)),
     )
-
-
-def subscription_to_json(sub: SubscriptionData) -> dict[str, Any]:
-    return {
-        "classFilterMode": sub.class_filter_mode,
-        "codeSet": sorted(sub.code_set),
-        "expressionType": sub.expression_type.value,
-        "subString": sub.sub_string,
-        "subVersion": sub.sub_version,
-        "tagsSet": sorted(sub.tags_set),
-        "topic": sub.topic,
-    }
 
 
 def parse_heartbeat(data: Mapping[str, Any]) -> HeartbeatInfo:

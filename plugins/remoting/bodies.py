@@ -48,6 +48,7 @@ __all__ = [
     "loads",
     "message_queue_from_json",
     "message_queue_to_json",
+    "subscription_json",
 ]
 
 
@@ -318,7 +319,8 @@ def _offset_map(value: Any, what: str) -> dict[MessageQueue, int]:
 # ----------------------------------------------------------------------------- heartbeat
 
 
-def _subscription_json(sub: SubscriptionData) -> dict[str, Any]:
+def subscription_json(sub: SubscriptionData) -> dict[str, Any]:
+    """SubscriptionData as Java's fastjson writes it (heartbeats, running info, admin views)."""
     return {
         "classFilterMode": sub.class_filter_mode,
         "codeSet": sorted(sub.code_set),
@@ -336,7 +338,7 @@ def _consumer_json(consumer: ConsumerData) -> dict[str, Any]:
         "consumeType": consumer.consume_type.value,
         "groupName": consumer.group_name,
         "messageModel": consumer.message_model.value,
-        "subscriptionDataSet": [_subscription_json(s) for s in consumer.subscriptions],
+        "subscriptionDataSet": [subscription_json(s) for s in consumer.subscriptions],
         "unitMode": consumer.unit_mode,
     }
 
@@ -344,7 +346,7 @@ def _consumer_json(consumer: ConsumerData) -> dict[str, Any]:
 def encode_check_client(client_id: str, group: str, sub: SubscriptionData) -> bytes:
     """CHECK_CLIENT_CONFIG body: Java's CheckClientRequestBody."""
     return _encode(
-        dumps({"clientId": client_id, "group": group, "subscriptionData": _subscription_json(sub)})
+        dumps({"clientId": client_id, "group": group, "subscriptionData": subscription_json(sub)})
     )
 
 

@@ -14,13 +14,14 @@ from typing import Any
 from rmqk.message import decode_offset_msg_id
 from rmqk.model import MessageQueue
 from rmqk.plugins.broker import jsonwire
-from rmqk.plugins.broker.clients import ClientChannelInfo, subscription_to_json
+from rmqk.plugins.broker.clients import ClientChannelInfo
 from rmqk.plugins.broker.commands import HeaderError, Headers, make_request, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.broker2client import call_client, reset_offset
 from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import save_topic, validate_topic
 from rmqk.plugins.broker.store.topics import TopicConfig
+from rmqk.plugins.remoting.bodies import subscription_json
 from rmqk.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["AdminBrokerProcessor"]
@@ -91,7 +92,7 @@ class AdminBrokerProcessor(Processor):
             "consumeType": info.consume_type,
             "messageModel": info.message_model,
             "subscriptionTable": {
-                topic: subscription_to_json(sub) for topic, sub in info.subscriptions.items()
+                topic: subscription_json(sub) for topic, sub in info.subscriptions.items()
             },
         }
         return make_response(request, body=jsonwire.dumps(body))

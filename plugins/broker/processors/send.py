@@ -6,6 +6,7 @@ observe: response codes, remarks and the fields of the response header.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -266,25 +267,17 @@ class SendMessageProcessor(Processor):
             response.code = ResponseCode.MESSAGE_ILLEGAL
             response.remark = self._illegal_message_remark()
             return response
-        if half and self.transactions is not None:
-            result = self.transactions.put_half_message(
-                topic=topic,
-                queue_id=queue_id,
-                body=body,
-                flag=_require(header.flag),
-                props=props,
-                sys_flag=_with_multi_tags(_require(header.sys_flag), cfg),
-                born_timestamp=_require(header.born_timestamp),
-                born_host=conn.remote_addr,
-                reconsume_times=reconsume_times,
-            )
-            return self._put_response(response, result, queue_id)
-        result = self.ctx.store.put_message(
+        # A half message keeps its properties as a mapping: the transaction service rewrites them.
+        put = (
+            functools.partial(self.transactions.put_half_message, props=props)
+            if half and self.transactions is not None
+            else functools.partial(self.ctx.store.put_message, properties_raw=properties_raw)
+        )
+        result = put(
             topic=topic,
             queue_id=queue_id,
             body=body,
             flag=_require(header.flag),
-            properties_raw=properties_raw,
             sys_flag=_with_multi_tags(_require(header.sys_flag), cfg),
             born_timestamp=_require(header.born_timestamp),
             born_host=conn.remote_addr,
