@@ -37,6 +37,7 @@ from rmqk.plugins.trace.records import (
     decode,
     encode,
 )
+from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -314,6 +315,58 @@ async def test_lite_pull_traces_each_found_pull_as_java(broker: Any) -> None:
     traces = await read_traces(broker, "LiteTrace", sent.msg_id)
     assert [c.trace_type for c in traces] == [TraceType.SubBefore, TraceType.SubAfter]
     assert traces[1].success and traces[1].group_name == "lite-cg"
+
+
+def _watch_requests(broker: Any, refuse: int | None = None) -> list[RemotingCommand]:
+    """Record the requests ``broker`` gets; answer ``refuse`` as a broker without it does."""
+    seen: list[RemotingCommand] = []
+    original = broker.processors.handle
+
+    async def handle(conn: Any, request: RemotingCommand, st: int) -> Any:
+        seen.append(request)
+        if request.code == refuse:
+            return RemotingCommand.response_to(
+                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported here"
+            )
+        return await original(conn, request, st)
+
+    broker.processors.handle = handle
+    return seen
+
+
+async def test_trace_lookup_asks_the_index_and_scans_only_a_broker_that_cannot_query(
+    broker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    await create_topic(broker, "Looked", 1)
+    async with AsyncProducer(
+        "look-pg", namesrv_addr=broker.namesrv_addr, enable_msg_trace=True
+    ) as producer:
+        sent = await producer.send(Message("Looked", b"x"))
+        await producer.send(Message("Looked", b"y"))
+
+    # As mqadmin queryMsgTraceById: one QUERY_MESSAGE by key, nothing pulled.
+    seen = _watch_requests(broker)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "rmqk.plugins.trace"):
+        (pub_ctx,) = await read_traces(broker, "RMQ_SYS_TRACE_TOPIC", sent.msg_id)
+    assert pub_ctx.trace_type is TraceType.Pub and pub_ctx.beans[0].msg_id == sent.msg_id
+    queries = [r for r in seen if r.code == RequestCode.QUERY_MESSAGE]
+    assert [(r.ext_fields["topic"], r.ext_fields["key"]) for r in queries] == [
+        ("RMQ_SYS_TRACE_TOPIC", sent.msg_id)
+    ]
+    assert not [r for r in seen if r.code == RequestCode.PULL_MESSAGE]
+    assert not [r for r in caplog.records if r.name == "rmqk.plugins.trace"]
+
+    # A broker without the index: the trace topic is read there, and the log says so.
+    seen = _watch_requests(broker, refuse=RequestCode.QUERY_MESSAGE)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "rmqk.plugins.trace"):
+        (again,) = await read_traces(broker, "RMQ_SYS_TRACE_TOPIC", sent.msg_id)
+    assert again == pub_ctx
+    assert [r for r in seen if r.code == RequestCode.PULL_MESSAGE]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "rmqk.plugins.trace"]
+    assert broker.broker_addr in line and "cannot query messages by key" in line
+    assert "reading trace topic RMQ_SYS_TRACE_TOPIC there from its first offset" in line
 
 
 def test_admin_trace_prints_sender_store_time_and_consumers(

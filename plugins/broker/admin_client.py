@@ -117,6 +117,8 @@ class QueryResult:
     index_last_update_timestamp: int
     messages: tuple[MessageExt, ...]
     failures: tuple[str, ...] = ()  # "<address>: <why>" per broker that failed
+    # Brokers (among the failures) that cannot query at all: REQUEST_CODE_NOT_SUPPORTED.
+    unsupported: tuple[str, ...] = ()
 
 
 class AdminClient:
@@ -409,6 +411,7 @@ class AdminClient:
             *(self._query_broker(addr, fields) for addr in addrs), return_exceptions=True
         )
         failures: list[str] = []
+        unsupported: list[str] = []
         found: list[MessageExt] = []
         last_update = 0
         for addr, answer in zip(addrs, answers, strict=True):
@@ -416,13 +419,18 @@ class AdminClient:
                 if not isinstance(answer, RmqkError | OSError | asyncio.TimeoutError):
                     raise answer
                 failures.append(f"{addr}: {answer}")
+                if (
+                    isinstance(answer, BrokerError)
+                    and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+                ):
+                    unsupported.append(addr)
                 log.warning("query message by key at %s failed: %s", addr, answer)
                 continue
             stamp, messages = answer
             last_update = max(last_update, stamp)
             found.extend(messages)
         matched = _matching(found, topic, key, unique)
-        return QueryResult(last_update, tuple(matched), tuple(failures))
+        return QueryResult(last_update, tuple(matched), tuple(failures), tuple(unsupported))
 
     async def _query_broker(
         self, addr: str, fields: Mapping[str, object]

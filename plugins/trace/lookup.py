@@ -1,31 +1,41 @@
 """Finding a message's trace: the trace messages keyed by its id, and what they say.
 
 :func:`find_trace_messages` is the one place that knows how trace messages are
-found. Apache's tools ask the broker's index (QUERY_MESSAGE by key); until the
-embedded broker answers that, it reads the trace topic's queues from their
-first offset and keeps the messages whose keys name the id, which works on any
-4.9 broker, only slower on a large trace topic.
+found. As ``mqadmin queryMsgTraceById``, it asks each broker of the trace topic
+its message index (QUERY_MESSAGE with the message id as key). A broker that
+cannot query (REQUEST_CODE_NOT_SUPPORTED: a 4.x broker built without the index)
+has its queues of the trace topic read from their first offset instead, which
+works on any broker, only slower on a large trace topic.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING
 
 import attrs
 
-from rmqk.errors import ClientError
+from rmqk.errors import ClientError, RemotingError
 from rmqk.message import MessageExt, MessageProperty
 from rmqk.model import MessageQueue, PullStatus
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode
 from rmqk.protocol import PullSysFlag
 from rmqk.transport import PullMessageRequest, Transport, TransportConfig
 
+if TYPE_CHECKING:
+    from rmqk.plugins.broker.admin_client import BrokerInfo, QueryResult
+
 __all__ = ["TraceView", "find_trace_messages", "trace_views"]
+
+log = logging.getLogger("rmqk.plugins.trace")
 
 # What the reads call themselves on the broker (a pull with the subscription flag
 # needs no group membership).
 READER_GROUP = "rmqk_trace_reader"
 MAX_PULL = 32
+# The maxNum queryMsgTraceById asks for (the broker caps it at maxMsgsNumBatch, 64 too).
+MAX_QUERY = 64
 
 
 @attrs.frozen
@@ -49,9 +59,66 @@ async def find_trace_messages(
     namesrv_addrs: Iterable[str], trace_topic: str, msg_id: str, *, timeout_ms: int = 5000
 ) -> list[MessageExt]:
     """Every message of ``trace_topic`` whose keys include ``msg_id``, in store order."""
+    addrs = tuple(namesrv_addrs)
+    brokers, result = await _query_index(addrs, trace_topic, msg_id, timeout_ms)
+    found = list(result.messages)
+    if result.unsupported:
+        cannot = set(result.unsupported)
+        names = {b.broker_name for b in brokers if cannot.intersection(b.addrs.values())}
+        log.warning(
+            "broker(s) %s cannot query messages by key (QUERY_MESSAGE: request code not "
+            "supported): reading trace topic %s there from its first offset instead",
+            ", ".join(sorted(cannot)),
+            trace_topic,
+        )
+        found.extend(await _scan(addrs, trace_topic, msg_id, names, timeout_ms))
+    if not found and len(result.failures) > len(result.unsupported):
+        raise ClientError(
+            f"cannot look up the trace of {msg_id} in {trace_topic!r}: "
+            + "; ".join(result.failures)
+        )
+    found.sort(key=lambda m: (m.store_timestamp, m.queue_offset))
+    return found
+
+
+async def _query_index(
+    addrs: tuple[str, ...], trace_topic: str, msg_id: str, timeout_ms: int
+) -> tuple[list[BrokerInfo], QueryResult]:
+    """The trace topic's brokers and what their indexes hold under ``msg_id``.
+
+    The name servers are tried in turn, as a client fails over between them.
+    """
+    from rmqk.plugins.broker.admin_client import AdminClient
+
+    unreachable: list[str] = []
+    for addr in addrs:
+        async with AdminClient(addr, timeout=timeout_ms / 1000) as admin:
+            try:
+                brokers = await admin.route_brokers(trace_topic)
+            except (RemotingError, OSError, TimeoutError) as exc:
+                unreachable.append(f"{addr}: {exc}")
+                continue
+            if not brokers:
+                raise ClientError(
+                    f"trace topic {trace_topic!r} does not exist on the name server(s) "
+                    f"{';'.join(addrs)}: no client has written a trace there"
+                )
+            return brokers, await admin.query_by_key(trace_topic, msg_id, max_num=MAX_QUERY)
+    raise ClientError(
+        "no name server answers: " + ("; ".join(unreachable) or "namesrv_addr is not set")
+    )
+
+
+async def _scan(
+    addrs: tuple[str, ...],
+    trace_topic: str,
+    msg_id: str,
+    broker_names: set[str],
+    timeout_ms: int,
+) -> list[MessageExt]:
+    """The messages keyed by ``msg_id`` in the queues of ``broker_names``, read in full."""
     from rmqk.pluginmanager import get_plugin_manager, registries
 
-    addrs = tuple(namesrv_addrs)
     transport: Transport = registries().transports.create(
         "tcp",
         TransportConfig(
@@ -62,14 +129,11 @@ async def find_trace_messages(
     await transport.start()
     try:
         route = await transport.get_route(trace_topic, timeout_ms)
-        if route is None:
-            raise ClientError(
-                f"trace topic {trace_topic!r} does not exist on the name server(s) "
-                f"{';'.join(addrs)}: no client has written a trace there"
-            )
         found: list[MessageExt] = []
+        if route is None:
+            return found
         for mq in sorted(route.subscribe_queues(trace_topic)):
-            broker = route.broker(mq.broker_name)
+            broker = route.broker(mq.broker_name) if mq.broker_name in broker_names else None
             addr = broker.select_addr() if broker is not None else None
             if addr is None:
                 continue
@@ -77,7 +141,6 @@ async def find_trace_messages(
                 keys = (msg.keys or "").split(MessageProperty.KEY_SEPARATOR)
                 if msg_id in keys:
                     found.append(msg)
-        found.sort(key=lambda m: (m.store_timestamp, m.queue_offset))
         return found
     finally:
         await transport.close()
