@@ -170,6 +170,7 @@ PRODUCER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
         E + "test_producer_customized_trace_topic_receives_its_send_traces",
     ),
     "default_topic_queue_nums": (E + "test_default_topic_queue_nums_sizes_an_auto_created_topic",),
+    "vip_channel_enabled": (E + "test_producer_vip_channel_enabled_sends_to_the_port_minus_two",),
 }
 
 TABLES: Mapping[str, tuple[Mapping[str, OptionSpec], Mapping[str, tuple[str, ...]]]] = {

@@ -142,6 +142,22 @@ async def test_producer_with_the_vip_transport_option_sends_to_the_vip_listener(
     assert seen.listeners(RequestCode.SEND_MESSAGE_V2) == {"broker-vip"}
 
 
+async def test_producer_vip_channel_enabled_sends_to_the_port_minus_two(broker: Any) -> None:
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.message import Message
+
+    await create_topic(broker, "VipOption", 1)
+    seen = BrokerRequests(broker)
+    async with AsyncProducer(
+        "p-vip-option", namesrv_addr=broker.namesrv_addr, vip_channel_enabled=True
+    ) as producer:
+        await producer.send(Message("VipOption", b"x"))
+    assert seen.listeners(RequestCode.SEND_MESSAGE_V2) == {"broker-vip"}
+    async with AsyncProducer("p-no-vip", namesrv_addr=broker.namesrv_addr) as plain:
+        await plain.send(Message("VipOption", b"y"))
+    assert [s.listener for s in seen.of(RequestCode.SEND_MESSAGE_V2)] == ["broker-vip", "broker"]
+
+
 async def test_the_vip_listener_refuses_pulls_as_apaches_fast_server_does(broker: Any) -> None:
     from engine_support import admin_transport
 

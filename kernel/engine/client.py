@@ -95,6 +95,7 @@ class ClientConfig:
     request_timeout_ms: int = 3_000
     use_tls: bool = False
     tls: TlsConfig = attrs.field(factory=TlsConfig)
+    vip_channel_enabled: bool = False
 
 
 @attrs.frozen
@@ -159,7 +160,12 @@ class ClientInstance:
                 if config.use_tls
                 else TlsConfig()
             ),
-            options=config.transport_options,
+            # The transport reads ClientConfig.vipChannelEnabled from its options.
+            options=(
+                {**config.transport_options, "vip_channel_enabled": True}
+                if config.vip_channel_enabled
+                else config.transport_options
+            ),
         )
         self.transport: Transport = registries().transports.create(
             config.transport, tconf, get_plugin_manager().hook

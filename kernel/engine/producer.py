@@ -135,6 +135,7 @@ class AsyncProducer:
         namespace: str | None = None,
         enable_msg_trace: bool = False,
         customized_trace_topic: str | None = None,
+        vip_channel_enabled: bool = False,
     ) -> None:
         if isinstance(namesrv_addr, str):
             addrs = tuple(a for a in namesrv_addr.split(";") if a)
@@ -170,6 +171,7 @@ class AsyncProducer:
             default_topic_queue_nums=default_topic_queue_nums,
             enable_msg_trace=enable_msg_trace,
             customized_trace_topic=customized_trace_topic,
+            vip_channel_enabled=vip_channel_enabled,
         )
         self.instance_name = instance_name
         self.send_msg_timeout = self.options.send_msg_timeout
@@ -210,6 +212,7 @@ class AsyncProducer:
                     namesrv_addrs=self.namesrv_addrs,
                     transport=self.transport_name,
                     transport_options=self.transport_options,
+                    vip_channel_enabled=self.options.vip_channel_enabled,
                 ),
             )
         if not self.client.register_producer(self.group, self):

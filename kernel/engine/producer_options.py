@@ -143,6 +143,14 @@ class ProducerOptions:
         java_name="customizedTraceTopic",
         nullable=True,
     )
+    vip_channel_enabled: bool = option(
+        OptionType.BOOL,
+        "Send messages to a broker's VIP channel, its listen port minus 2 (Java's "
+        "MixAll.brokerVIPChannel), as Java 4.9.8's sendKernelImpl does. Heartbeats "
+        "stay on the main port.",
+        False,
+        java_name="vipChannelEnabled",
+    )
 
     @classmethod
     def build(
@@ -161,6 +169,7 @@ class ProducerOptions:
         default_topic_queue_nums: object,
         enable_msg_trace: object = False,
         customized_trace_topic: object = None,
+        vip_channel_enabled: object = False,
     ) -> ProducerOptions:
         """The options, or a ConfigError naming every option that is wrong and why."""
         problems: list[ConfigProblem] = []
@@ -244,6 +253,7 @@ class ProducerOptions:
             ),
             enable_msg_trace=flag("enable_msg_trace", enable_msg_trace),
             customized_trace_topic=trace_topic or None,
+            vip_channel_enabled=flag("vip_channel_enabled", vip_channel_enabled),
         )
         if problems:
             raise ConfigError(problems)

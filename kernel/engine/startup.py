@@ -78,11 +78,8 @@ def client_for(
         ClientConfig(
             namesrv_addrs=namesrv,
             transport=options.transport,
-            # The transport reads ClientConfig.vipChannelEnabled from its options.
-            transport_options={
-                **options.transport_options,
-                **({"vip_channel_enabled": True} if options.vip_channel_enabled else {}),
-            },
+            transport_options=options.transport_options,
+            vip_channel_enabled=options.vip_channel_enabled,
             poll_name_server_interval_ms=options.poll_name_server_interval,
             heartbeat_broker_interval_ms=options.heartbeat_broker_interval,
             persist_consumer_offset_interval_ms=options.persist_consumer_offset_interval,
