@@ -22,10 +22,12 @@ from test_faults_support import BrokerProcess
 
 from rmqk.cli import main
 from rmqk.engine.producer import AsyncProducer
+from rmqk.errors import RmqkError
 from rmqk.message import Message, decode_offset_msg_id, format_properties, offset_msg_id
 from rmqk.model import SendResult
 from rmqk.plugins.broker import connection
 from rmqk.plugins.broker.admin_client import LONG_MAX, AdminClient, MessageIdKind
+from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
 from rmqk.plugins.broker.store import MessageStore
 from rmqk.plugins.broker.store.index import IndexConfig
 from rmqk.plugins.broker.store.index_file import java_string_hash
@@ -262,6 +264,63 @@ async def test_a_disabled_index_finds_nothing(broker_factory):
     await _send(broker.namesrv_addr, "Plain", ["k"])
     assert (await _query(broker.broker_addr, "Plain", "k")).code == ResponseCode.QUERY_NOT_FOUND
     assert not (broker.data_dir / "index").exists()
+
+
+def test_broker_conf_index_keys(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("# MessageStoreConfig\nmessageIndexEnable=FALSE\nmaxHashSlotNum = 1000\n"
+                    "maxIndexNum: 4000\n")  # fmt: skip
+    assert read_broker_config(conf) == BrokerFileConfig(
+        message_index_enable=False, max_hash_slot_num=1000, max_index_num=4000
+    )
+    for text, problem in (
+        ("maxIndexNum=1", "maxIndexNum=1: must be at least 2"),
+        ("maxHashSlotNum=0", "maxHashSlotNum=0: must be at least 1"),
+        ("maxIndexNum=many", "maxIndexNum='many': expected a whole number"),
+        ("messageIndexEnable=off", "messageIndexEnable='off': expected true or false"),
+    ):
+        conf.write_text(text + "\n")
+        with pytest.raises(RmqkError, match=re.escape(problem)):
+            read_broker_config(conf)
+
+
+def _broker_with_conf(tmp_path: Path, name: str, conf_text: str) -> BrokerProcess:
+    """``rmqk broker --config`` with a broker.conf of ``conf_text``, data in ``tmp_path/name``."""
+    conf = tmp_path / f"{name}.conf"
+    conf.write_text(conf_text)
+    log = tmp_path / f"{name}.log"
+    return BrokerProcess(tmp_path / name, log_path=log, extra_args=["--config", str(conf)])
+
+
+async def test_rmqk_broker_takes_the_index_settings_from_broker_conf(tmp_path: Path) -> None:
+    off = _broker_with_conf(tmp_path, "off", "messageIndexEnable=false\n")
+    await off.start()
+    try:
+        (sent,) = await _send(off.namesrv_addr, "NoIndex", ["k"])
+        # Apache's IndexService without a file: nothing found, and no index time to tell.
+        for key, extra in (("k", {}), (sent.msg_id, {"_UNIQUE_KEY_QUERY": "true"})):
+            answer = await _query(off.broker_addr, "NoIndex", key, **extra)
+            assert (answer.code, answer.remark) == (
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+            )
+            assert answer.ext_fields["indexLastUpdateTimestamp"] == "0"
+            assert answer.ext_fields["indexLastUpdatePhyoffset"] == "0"
+    finally:
+        off.stop()
+    assert not (tmp_path / "off" / "index").exists()
+
+    sized = _broker_with_conf(tmp_path, "sized", "maxHashSlotNum=3\nmaxIndexNum=16\n")
+    await sized.start()
+    try:
+        keys = ["a", "b"]
+        sent_ab = await _send(sized.namesrv_addr, "Sized", list(keys))
+        await _check_lookups(sized.namesrv_addr, "Sized", sent_ab, keys)
+    finally:
+        sized.stop()
+    # Header, 3 hash slots of 4 bytes and 16 entries of 20 (Apache's IndexFile layout).
+    (index_file,) = [f for f in (tmp_path / "sized" / "index").iterdir() if f.name.isdigit()]
+    assert index_file.stat().st_size == 40 + 3 * 4 + 16 * 20
 
 
 async def test_transactional_messages_are_found_in_their_topic_once_committed(broker_factory):

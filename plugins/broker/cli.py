@@ -162,6 +162,7 @@ def _first(flag: T | None, from_file: T | None, default: T) -> T:
 
 def _broker_run(args: argparse.Namespace) -> int:
     from rmqk.plugins.broker import EmbeddedBroker
+    from rmqk.plugins.broker.store.index import IndexConfig
 
     namesrv_port, broker_port = args.namesrv_port, args.broker_port
     if args.port is not None:
@@ -171,6 +172,7 @@ def _broker_run(args: argparse.Namespace) -> int:
         read_broker_config(os.path.expanduser(args.config)) if args.config else BrokerFileConfig()
     )
     tx = _transaction_settings(conf)
+    index = IndexConfig()  # the embedded broker's defaults, for keys the file leaves out
     broker = EmbeddedBroker(
         Path(os.path.expanduser(args.data)),
         host=args.host,
@@ -190,6 +192,9 @@ def _broker_run(args: argparse.Namespace) -> int:
         transaction_timeout=tx.timeout,
         transaction_check_max=tx.check_max,
         transaction_check_interval=tx.check_interval,
+        message_index_enable=_first(None, conf.message_index_enable, index.enabled),
+        max_hash_slot_num=_first(None, conf.max_hash_slot_num, index.max_hash_slot_num),
+        max_index_num=_first(None, conf.max_index_num, index.max_index_num),
     )
 
     async def serve() -> None:
@@ -215,6 +220,8 @@ def _broker_run(args: argparse.Namespace) -> int:
                 print(f"rmqk broker: TLS ({broker.tls.mode}) on both ports", flush=True)
             if broker.enable_property_filter:
                 print("rmqk broker: SQL92 filtering on (enablePropertyFilter=true)", flush=True)
+            if not broker.index.enabled:
+                print("rmqk broker: message index off (messageIndexEnable=false)", flush=True)
             print(f"rmqk broker: data in {broker.data_dir}; stop with Ctrl+C", flush=True)
             await stop.wait()
         finally:

@@ -29,6 +29,9 @@ class BrokerFileConfig:
     transaction_timeout_ms: int | None = None
     transaction_check_max: int | None = None
     transaction_check_interval_ms: int | None = None
+    message_index_enable: bool | None = None
+    max_hash_slot_num: int | None = None
+    max_index_num: int | None = None
 
 
 def _boolean(key: str, text: str) -> bool:
@@ -44,14 +47,20 @@ def _name(key: str, text: str) -> str:
     return text
 
 
-def _positive(key: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise RmqkError(f"broker config: {key}={text!r}: expected a whole number") from None
-    if value < 1:
-        raise RmqkError(f"broker config: {key}={value}: must be at least 1")
-    return value
+def _at_least(low: int) -> Callable[[str, str], int]:
+    def convert(key: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise RmqkError(f"broker config: {key}={text!r}: expected a whole number") from None
+        if value < low:
+            raise RmqkError(f"broker config: {key}={value}: must be at least {low}")
+        return value
+
+    return convert
+
+
+_positive = _at_least(1)
 
 
 # broker.conf key -> (BrokerFileConfig field, converter)
@@ -64,6 +73,10 @@ _KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "transactionTimeOut": ("transaction_timeout_ms", _positive),
     "transactionCheckMax": ("transaction_check_max", _positive),
     "transactionCheckInterval": ("transaction_check_interval_ms", _positive),
+    # MessageStoreConfig's index keys; entry 0 of an index file is never used.
+    "messageIndexEnable": ("message_index_enable", _boolean),
+    "maxHashSlotNum": ("max_hash_slot_num", _positive),
+    "maxIndexNum": ("max_index_num", _at_least(2)),
 }
 
 
