@@ -149,3 +149,25 @@ def test_a_member_on_a_missing_topic_is_found_through_the_cluster_info() -> None
     assert status.problems == (
         "topic NoSuchTopic does not exist: create it (rmqk admin topic create NoSuchTopic)",
     )
+
+
+def test_watch_before_the_config_takes_it_as_the_config() -> None:
+    import argparse
+
+    import pytest
+
+    from rmqk.errors import RmqkError
+    from rmqk.plugins.status import _watch_seconds
+
+    def given(watch: str | None, config: str | None = None) -> argparse.Namespace:
+        return argparse.Namespace(watch=watch, config=config)
+
+    # `rmqk status --watch examples/jsonl.toml`: a watch every 2 s of that config.
+    args = given("examples/jsonl.toml")
+    assert _watch_seconds(args) == 2.0 and args.config == "examples/jsonl.toml"
+    assert _watch_seconds(given("0.5", "c.toml")) == 0.5
+    assert _watch_seconds(given(None, "c.toml")) is None
+    with pytest.raises(RmqkError, match="positive"):
+        _watch_seconds(given("0", "c.toml"))
+    with pytest.raises(RmqkError, match="number of seconds, got 'x.toml'"):
+        _watch_seconds(given("x.toml", "c.toml"))

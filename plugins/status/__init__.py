@@ -75,8 +75,8 @@ def _args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--watch",
         nargs="?",
-        type=float,
-        const=2.0,
+        # Read as text: `--watch CONFIG` must not fail on the optional number (see _run).
+        const="2",
         default=None,
         metavar="SECONDS",
         help="redraw every SECONDS (default 2) with each group's lag over time, until Ctrl-C",
@@ -179,15 +179,33 @@ async def _read_all(targets: Sequence[_Target], timeout_ms: int) -> list[GroupSt
     return out
 
 
+def _watch_seconds(args: argparse.Namespace) -> float | None:
+    """``--watch [SECONDS]``: the optional number may be followed by, or be taken for, CONFIG.
+
+    ``rmqk status --watch examples/jsonl.toml`` reads as a watch every 2 s of that config,
+    as a person means it, not as a bad number of seconds.
+    """
+    if args.watch is None:
+        return None
+    try:
+        seconds = float(args.watch)
+    except ValueError:
+        if args.config is not None:
+            raise RmqkError(f"--watch takes a number of seconds, got {args.watch!r}") from None
+        args.config, seconds = args.watch, 2.0
+    if not seconds > 0:
+        raise RmqkError("--watch needs a positive number of seconds")
+    return seconds
+
+
 def _run(args: argparse.Namespace) -> int:
+    seconds = _watch_seconds(args)
     targets = _targets(args)
     timeout_ms = max(int(args.timeout * 1000), 1)
-    if args.watch is not None:
-        if args.watch <= 0:
-            raise RmqkError("--watch needs a positive number of seconds")
+    if seconds is not None:
         if args.json:
             raise RmqkError("--watch draws for a person and --json is for scripts: give one")
-        return watch(targets, args.watch, timeout_ms)
+        return watch(targets, seconds, timeout_ms)
     statuses = asyncio.run(_read_all(targets, timeout_ms))
     if args.json:
         print(json.dumps(status_json(statuses), indent=2))
