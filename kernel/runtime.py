@@ -23,6 +23,7 @@ from rmqk.pluginmanager import registries
 from rmqk.preflight import preflight
 
 __all__ = [
+    "BUFFERED_STOP_GRACE_MS",
     "STOP_GRACE_MS",
     "ComposedConsumer",
     "StopTally",
@@ -35,11 +36,13 @@ log = logging.getLogger("rmqk.runtime")
 
 # How long a stopping composed consumer waits for listener calls and sink writes under
 # way, unless its config sets await_termination_millis_when_shutdown. Java's default (0)
-# gives up on them, and a write that completes anyway (a sink closing finishes the flush
-# it took) is then consumed again after a restart: a duplicate in the sink. Generous,
-# because a Spark flush on a cold JVM takes seconds; a stop waits only as long as the
-# writes take.
+# gives up on them, and a write that completes anyway is then consumed again after a
+# restart: a duplicate in the sink. A stop waits only as long as the writes take.
 STOP_GRACE_MS = 30_000
+# The same for a group-commit sink. Closing the sink finishes every flush it has taken
+# however long that takes (a Spark flush on a busy machine: tens of seconds), so a
+# shorter wait would only leave those batches written but unacknowledged.
+BUFFERED_STOP_GRACE_MS = 600_000
 
 
 @attrs.frozen
@@ -78,7 +81,8 @@ class ComposedConsumer:
         if isinstance(sink, BufferedSink) and sink.window_rows > 0:
             options = widen_for_sink(options, sink.window_rows, spec.from_file)
         if "await_termination_millis_when_shutdown" not in spec.from_file:
-            options = attrs.evolve(options, await_termination_millis_when_shutdown=STOP_GRACE_MS)
+            grace = BUFFERED_STOP_GRACE_MS if isinstance(sink, BufferedSink) else STOP_GRACE_MS
+            options = attrs.evolve(options, await_termination_millis_when_shutdown=grace)
         self.consumer = AsyncPushConsumer(spec.group, options)
         self.started_at: float | None = None
         self.stopped_at: float | None = None
