@@ -132,26 +132,19 @@ class ConcurrentConsumeService:
             self._cleaner.cancel()
         while not self._queue.empty():
             self._queue.get_nowait()
+        under_way = f"{self._busy} listener calls and {self._deferred} deferred writes"
         if await_termination_ms > 0 and (self._busy or self._deferred):
-            log.info(
-                "group %s stopping: waiting up to %d ms for %d listener calls and %d deferred "
-                "writes under way",
-                self.host.group,
-                await_termination_ms,
-                self._busy,
-                self._deferred,
-            )
+            log.info("group %s stopping: waiting up to %d ms for %s", self.host.group,
+                     await_termination_ms, under_way)  # fmt: skip
             deadline = time.monotonic() + await_termination_ms / 1000
             while (self._busy or self._deferred) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
         if self._busy or self._deferred:
             log.warning(
-                "group %s stopped with %d listener calls and %d deferred writes still under "
-                "way after %d ms (await_termination_millis_when_shutdown); their batches are "
-                "not acknowledged and will be consumed again",
+                "group %s stopped with %s still under way after %d ms (await_termination_"
+                "millis_when_shutdown); those batches are not acknowledged: consumed again",
                 self.host.group,
-                self._busy,
-                self._deferred,
+                f"{self._busy} listener calls and {self._deferred} deferred writes",
                 await_termination_ms,
             )
         for future in list(self._deferred_futures):
