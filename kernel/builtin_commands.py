@@ -142,9 +142,9 @@ def load_config_beside_modules(path: str) -> Any:
     """Load a config whose python sink may name modules kept in the config's own folder.
 
     The folder goes at the end of ``sys.path``: the working directory (put first
-    by the CLI, as ``python -m`` does) and installed packages win over it, so
-    ``rmqk run examples/orderly-python.toml`` finds ``examples/ledger/handlers.py``
-    from the repository root without shadowing anything.
+    by the CLI, as ``python -m`` does) and installed packages win over it, so a
+    ``handlers.py`` beside ``consumers.toml`` is found from any working directory
+    without shadowing anything.
     """
     from pathlib import Path
 

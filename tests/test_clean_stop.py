@@ -10,7 +10,7 @@ completion. Then the sink output must hold every expected message exactly once.
 
 Message counts: 100,000 orders (the Orders topic every jsonl example reads).
 The slow sinks get fewer: the ledger of ``orderly-python.toml`` is an orderly
-consumer calling a Python function that fsyncs each one-message batch, so its
+consumer calling a Python function once per one-message batch, so its
 topic holds 3,000; the broadcast example's Payments topic holds 20,000. The
 Spark examples are marked ``spark`` (each run starts a JVM): ``spark-table.toml``
 reads the 100,000 orders, ``demo.toml`` (exactly once, a slower write) an Orders
@@ -154,8 +154,9 @@ def spark_loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
 def _place(example: str, tmp: Path, namesrv: str) -> tuple[Path, Path]:
     """The example, pointed at the test's broker, in tmp/examples; and tmp/work to run in.
 
-    Modules beside the example (examples/ledger) are copied too: the config names
-    them, and rmqk finds them beside the config, not in the working directory.
+    tmp/work mirrors the repository root for the Python modules the examples
+    name (``examples.ledger``), which the python sink imports from the working
+    directory.
     """
     folder = tmp / "examples"
     folder.mkdir()
@@ -164,11 +165,10 @@ def _place(example: str, tmp: Path, namesrv: str) -> tuple[Path, Path]:
     text = re.sub(r"(?m)^port = \d+$", "port = 0", text)
     config = folder / example
     config.write_text(text)
-    for module in EXAMPLES.iterdir():
-        if module.is_dir() and (module / "__init__.py").exists():
-            shutil.copytree(module, folder / module.name)
     work = tmp / "work"
-    work.mkdir()
+    (work / "examples").mkdir(parents=True)
+    for module in EXAMPLES.glob("*.py"):
+        shutil.copy(module, work / "examples" / module.name)
     return config, work
 
 
@@ -179,11 +179,13 @@ def _jsonl_keys(*paths: Path) -> Callable[[], list[str]]:
             if not path.exists():
                 continue
             for line in path.read_text().splitlines():
-                with_newline_missing = not line.endswith("}")
-                if with_newline_missing:
+                if not line.endswith("}"):
                     continue  # a line being appended right now
                 record = json.loads(line)
-                keys.append(f"{record['topic']}/{record['keys']}")
+                if "topic" in record:
+                    keys.append(f"{record['topic']}/{record['keys']}")
+                else:  # examples/ledger.py writes queue, offset and body
+                    keys.append(f"Ledger/{record['body']}")
         return keys
 
     return read
@@ -328,10 +330,10 @@ def test_prometheus_example(loaded: Loaded, tmp_path: Path) -> None:
 
 
 def test_orderly_python_example(loaded: Loaded, tmp_path: Path) -> None:
-    """The ledger's handler is the shipped examples/ledger/handlers.py (#4)."""
+    """The ledger's function is the shipped examples/ledger.py (#4)."""
     config, work = _place("orderly-python.toml", tmp_path, loaded.namesrv_addr)
     expected = (
-        {f"Ledger/{k}" for k in loaded.keys("Ledger")}
+        {f"Ledger/entry {i}" for i in range(LEDGER)}
         | {f"Orders/{k}" for k in loaded.keys("Orders")}
         | {f"Refunds/{k}" for k in loaded.keys("Refunds", ("RefundIssued",))}
     )
@@ -352,11 +354,14 @@ def test_broadcast_example(loaded: Loaded, tmp_path: Path) -> None:
     )
     probe = work / "probe.log"
     proc = _start(config, work, scenario.env, probe)
-    _wait_running(proc, probe, 60)
+    try:
+        _wait_running(proc, probe, 60)
+    except AssertionError:
+        if "SQL92" in probe.read_text(errors="replace"):
+            pytest.skip("the embedded broker does not filter by SQL92 yet")
+        raise
     time.sleep(3)
-    text = _stop(proc, probe)
-    if not scenario.read() and "SQL92" in text:
-        pytest.skip("the embedded broker does not filter by SQL92 yet")
+    _stop(proc, probe)
     _play(scenario, config, work)
 
 
@@ -380,7 +385,7 @@ def test_demo_example(spark_loaded: Loaded, tmp_path: Path) -> None:
 
 def test_every_example_is_run_here() -> None:
     """A new example must get a scenario above, not only a check."""
-    covered = {
+    covered = {  # examples/plugin-every-other/ needs its plugin installed first
         "jsonl.toml",
         "prometheus.toml",
         "orderly-python.toml",
@@ -391,22 +396,45 @@ def test_every_example_is_run_here() -> None:
     assert {p.name for p in EXAMPLES.glob("*.toml")} == covered
 
 
-def test_the_ledger_example_imports_its_handler_from_beside_the_config(tmp_path: Path) -> None:
-    """From any working directory, `rmqk check/run examples/orderly-python.toml` finds
-    ``ledger.handlers:write_batch`` (#4): rmqk puts the config's folder on sys.path."""
+def test_a_config_names_a_module_kept_beside_it(tmp_path: Path) -> None:
+    """`rmqk check/run path/to/consumers.toml` imports a python sink's module from the
+    config's folder, whatever the working directory (after the working directory)."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "beside_handlers.py").write_text("def handle(queue, messages):\n    return None\n")
+    (conf / "consumers.toml").write_text(
+        textwrap.dedent(
+            """
+            [consumers.c]
+            group = "g-beside"
+            namesrv_addr = "127.0.0.1:9876"
+            subscription = { T = "*" }
+            sink = "python"
+            sink_options = { function = "beside_handlers:handle" }
+            """
+        )
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", "check", str(conf / "consumers.toml")],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
     script = textwrap.dedent(
         f"""
-        import sys
         from rmqk.builtin_commands import load_config_beside_modules
         from rmqk.runtime import ComposedConsumer
-        config = load_config_beside_modules({str(EXAMPLES / "orderly-python.toml")!r})
-        built = [ComposedConsumer(spec) for spec in config.consumers]
-        print(" ".join(type(c.sink).__name__ for c in built))
-        print(built[0].sink.function.__module__, built[0].sink.function.__name__)
+        config = load_config_beside_modules({str(conf / "consumers.toml")!r})
+        sink = ComposedConsumer(config.consumers[0]).sink
+        print(sink.function.__module__, sink.function.__name__)
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script], cwd=elsewhere, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split("\n")[1] == "ledger.handlers write_batch"
+    assert result.stdout.split("\n")[0] == "beside_handlers handle"
