@@ -28,6 +28,7 @@ __all__ = [
     "BUILTIN_COMMANDS",
     "PLUGIN_NAME",
     "find_bench_dir",
+    "load_config_beside_modules",
     "register_essential",
     "rmqk_register_commands",
     "run_bench",
@@ -95,13 +96,13 @@ def _cmd_check_args(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from rmqk.cli import error_line
-    from rmqk.config import describe_config, load_config
+    from rmqk.config import describe_config
     from rmqk.preflight import preflight
 
     status = 0
     for path in args.config:
         try:
-            config = load_config(path)
+            config = load_config_beside_modules(path)
             # What `rmqk run` builds before connecting, built here the same way.
             preflight(config)
         except RmqkError as exc:
@@ -137,13 +138,30 @@ def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def load_config_beside_modules(path: str) -> Any:
+    """Load a config whose python sink may name modules kept in the config's own folder.
+
+    The folder goes at the end of ``sys.path``: the working directory (put first
+    by the CLI, as ``python -m`` does) and installed packages win over it, so a
+    ``handlers.py`` beside ``consumers.toml`` is found from any working directory
+    without shadowing anything.
+    """
+    from pathlib import Path
+
     from rmqk.config import load_config
-    from rmqk.runtime import install_stop_signals, run_config
+
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    return load_config(path)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rmqk.runtime import StopTally, install_stop_signals, run_config
     from rmqk.summary_line import SummaryLine
     from rmqk.supervisor import process_counts, run_supervised
 
-    config = load_config(args.config)
+    config = load_config_beside_modules(args.config)
     handler = log_handler()
     on_terminal = args.summary and sys.stderr.isatty()
     counts = process_counts(config, args.consumer, args.processes)
@@ -168,14 +186,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 handler.setStream(summary.stream())
             tasks.append(asyncio.get_running_loop().create_task(summary.run(stop)))
 
+        def stopped(consumers: Sequence[Any]) -> None:
+            tallies.extend(composed.tally() for composed in consumers)
+
+        tallies: list[StopTally] = []
         try:
-            await run_config(config, stop, args.consumer, started)
+            await run_config(config, stop, args.consumer, started, stopped)
         finally:
             stop.set()
             for task in tasks:
                 await task
             if handler is not None:
                 handler.setStream(sys.stderr)
+            # The summary line is gone by now: say once, for good, what each consumer did.
+            for tally in tallies:
+                log.info("consumer stopped: %s", tally.line())
+                if on_terminal:
+                    print(f"rmqk: stopped {tally.line()}", file=sys.stderr)
 
     asyncio.run(main())
     return 0

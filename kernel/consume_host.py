@@ -132,6 +132,10 @@ class ConsumeListener(Protocol):
     async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
         """Run ``rmqk_consume_message_after`` for a context ``invoke`` returned."""
 
+    def report_failure(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
+        """Log an exception the listener raised: the first of each type with its traceback,
+        repeats counted in a line now and then (and at shutdown)."""
+
 
 class ConsumeStats(Protocol):
     """The consume figures the broker's admin tools read (consumeRT, OK and failed TPS)."""

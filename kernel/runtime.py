@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,9 +22,48 @@ from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
 from rmqk.preflight import preflight
 
-__all__ = ["ComposedConsumer", "install_stop_signals", "run_config", "widen_for_sink"]
+__all__ = [
+    "BUFFERED_STOP_GRACE_MS",
+    "STOP_GRACE_MS",
+    "ComposedConsumer",
+    "StopTally",
+    "install_stop_signals",
+    "run_config",
+    "widen_for_sink",
+]
 
 log = logging.getLogger("rmqk.runtime")
+
+# How long a stopping composed consumer waits for listener calls and sink writes under
+# way, unless its config sets await_termination_millis_when_shutdown. Java's default (0)
+# gives up on them, and a write that completes anyway is then consumed again after a
+# restart: a duplicate in the sink. A stop waits only as long as the writes take.
+STOP_GRACE_MS = 30_000
+# The same for a group-commit sink. Closing the sink finishes every flush it has taken
+# however long that takes (a Spark flush on a busy machine: tens of seconds), so a
+# shorter wait would only leave those batches written but unacknowledged.
+BUFFERED_STOP_GRACE_MS = 600_000
+
+
+@attrs.frozen
+class StopTally:
+    """What one composed consumer did while it ran, for the line ``rmqk run`` ends with."""
+
+    name: str
+    group: str
+    consumed: int
+    failed: int
+    # Queues with an offset committed, and the sum of those offsets.
+    committed_queues: int
+    committed_total: int
+    elapsed_s: float
+
+    def line(self) -> str:
+        return (
+            f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed, "
+            f"offsets committed on {self.committed_queues} queues (sum {self.committed_total:,}), "
+            f"ran {self.elapsed_s:,.1f} s"
+        )
 
 
 class ComposedConsumer:
@@ -40,7 +80,12 @@ class ComposedConsumer:
         sink = self.sink
         if isinstance(sink, BufferedSink) and sink.window_rows > 0:
             options = widen_for_sink(options, sink.window_rows, spec.from_file)
+        if "await_termination_millis_when_shutdown" not in spec.from_file:
+            grace = BUFFERED_STOP_GRACE_MS if isinstance(sink, BufferedSink) else STOP_GRACE_MS
+            options = attrs.evolve(options, await_termination_millis_when_shutdown=grace)
         self.consumer = AsyncPushConsumer(spec.group, options)
+        self.started_at: float | None = None
+        self.stopped_at: float | None = None
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
 
@@ -66,13 +111,46 @@ class ComposedConsumer:
         # inherit these fields, so their log records say which consumer they belong to.
         with log_context(group=self.spec.group, consumer=self.spec.name):
             await self.sink.start()
+            self.started_at = time.monotonic()
             await self.consumer.start()
 
     async def stop(self) -> None:
+        """Stop consuming, acknowledge and commit what was written, then close the sink.
+
+        The consumer goes first: its consume service waits (a bounded time) for
+        the listener calls and sink writes under way and acknowledges them, and
+        only then are the offsets persisted. A group-commit sink closes after
+        that, with nothing left to write that the offsets do not cover: batches
+        no flush had taken were withdrawn.
+        """
         try:
             await self.consumer.shutdown()
         finally:
+            self.stopped_at = time.monotonic()
             await self.sink.close()
+
+    def tally(self) -> StopTally:
+        consumer = self.consumer
+        consumed = sum(t.consumed_ok_total for t in consumer.stats.topics.values())
+        failed = sum(t.consumed_failed_total for t in consumer.stats.topics.values())
+        offsets: dict[Any, int] = {}
+        store = getattr(consumer, "offset_store", None)
+        if store is not None:
+            topics = {sub.topic for sub in self.spec.subscriptions} | {consumer.retry_topic}
+            for topic in topics:
+                with contextlib.suppress(Exception):
+                    offsets.update(store.clone_offset_table(topic))
+        committed = [offset for offset in offsets.values() if offset >= 0]
+        end = self.stopped_at if self.stopped_at is not None else time.monotonic()
+        return StopTally(
+            name=self.spec.name,
+            group=self.spec.group,
+            consumed=consumed,
+            failed=failed,
+            committed_queues=len(committed),
+            committed_total=sum(committed),
+            elapsed_s=end - self.started_at if self.started_at is not None else 0.0,
+        )
 
 
 def widen_for_sink(
@@ -101,8 +179,12 @@ async def run_config(
     stop: asyncio.Event,
     names: Sequence[str] | None = None,
     on_started: Callable[[Sequence[ComposedConsumer]], None] | None = None,
+    on_stopped: Callable[[Sequence[ComposedConsumer]], None] | None = None,
 ) -> None:
-    """Start every composed consumer (or those named), run until ``stop`` is set, stop them."""
+    """Start every composed consumer (or those named), run until ``stop`` is set, stop them.
+
+    ``on_stopped`` gets the consumers that ran, once every one of them is stopped.
+    """
     specs = [s for s in config.consumers if not names or s.name in names]
     if names:
         missing = sorted(set(names) - {s.name for s in specs})
@@ -133,6 +215,8 @@ async def run_config(
                 await composed.stop()
             except Exception:
                 log.exception("stopping consumer %s failed", composed.spec.name)
+        if on_stopped is not None and running:
+            on_stopped(running)
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,11 +33,16 @@ __all__ = [
     "JAVA_INT_MAX",
     "ConsumeConcurrentlyContext",
     "ConsumeOrderlyContext",
+    "FailureLog",
     "ListenerInvoker",
     "ListenerOutcome",
 ]
 
+log = logging.getLogger("rmqk.engine.listener")
+
 JAVA_INT_MAX = 2**31 - 1
+# How often repeats of a listener failure already logged are summed up in one line.
+REPEAT_REPORT_INTERVAL_S = 60.0
 
 
 @attrs.define
@@ -75,6 +81,78 @@ class ListenerOutcome:
         )
 
 
+class FailureLog:
+    """Listener exceptions for the log: each kind once with its traceback, repeats counted.
+
+    A kind is the exception's type raised by one listener. A failing listener
+    usually fails every batch the same way; one traceback says why, and a line
+    every ``interval`` seconds (and one at shutdown) says how often since.
+    """
+
+    def __init__(self, group: str, listener: str, interval: float = REPEAT_REPORT_INTERVAL_S):
+        self.group = group
+        self.listener = listener
+        self.interval = interval
+        # exception type name -> [repeats not yet reported, when last reported]
+        self._kinds: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def report(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
+        kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        now = time.monotonic()
+        with self._lock:
+            entry = self._kinds.get(kind)
+            if entry is None:
+                self._kinds[kind] = [0, now]
+                first = True
+            else:
+                entry[0] += 1
+                first = False
+                due = now - entry[1] >= self.interval
+                repeats = int(entry[0])
+                if due:
+                    entry[0], entry[1] = 0, now
+        where = f" on {queue}" if queue is not None else ""
+        if first:
+            log.warning(
+                "listener %s of group %s raised %s%s; its batch will be consumed again. "
+                "Further %s from it are counted, not logged one by one",
+                self.listener,
+                self.group,
+                type(exc).__name__,
+                where,
+                type(exc).__name__,
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
+        elif due:
+            self._log_repeats(kind, repeats)
+
+    def flush(self) -> None:
+        """Log the repeats not yet reported (at shutdown)."""
+        with self._lock:
+            pending = [(kind, int(e[0])) for kind, e in self._kinds.items() if e[0]]
+            for entry in self._kinds.values():
+                entry[0] = 0
+        for kind, repeats in pending:
+            self._log_repeats(kind, repeats)
+
+    def _log_repeats(self, kind: str, repeats: int) -> None:
+        log.warning(
+            "listener %s of group %s raised %s %d more times like the one logged with its "
+            "traceback",
+            self.listener,
+            self.group,
+            kind.rpartition(".")[2],
+            repeats,
+        )
+
+
+def _listener_name(listener: Callable[..., Any]) -> str:
+    name = getattr(listener, "__qualname__", None) or type(listener).__qualname__
+    module = getattr(listener, "__module__", None)
+    return f"{module}.{name}" if module else str(name)
+
+
 class ListenerInvoker:
     """Runs one consumer's listener with the consume hooks around every call."""
 
@@ -101,6 +179,11 @@ class ListenerInvoker:
             )
         self._hooks_checked_at = 0.0
         self._has_hooks = False
+        self.failures = FailureLog(group, _listener_name(listener))
+
+    def report_failure(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
+        """Log an exception the listener raised (see :class:`FailureLog`)."""
+        self.failures.report(exc, queue)
 
     def hooks_enabled(self) -> bool:
         return self._hooks_enabled()
@@ -218,6 +301,7 @@ class ListenerInvoker:
             await call_event_hook("rmqk_consume_message_after", context=hook_ctx)
 
     def shutdown(self, wait: bool = False) -> None:
+        self.failures.flush()
         if self._executor is not None:
             self._executor.shutdown(wait=wait, cancel_futures=True)
 

@@ -91,6 +91,7 @@ class ConcurrentConsumeService:
         self.worker_count = opts.consume_thread_min
         self._busy = 0
         self._deferred = 0  # chunks whose listener returned a future not yet resolved
+        self._deferred_futures: set[asyncio.Future[Any]] = set()
         self._acks: dict[QueueView, tuple[MessageQueue, list[MessageExt]]] = {}
         self._retry_topic = host.retry_topic
         # Moving average of a sync listener call; starts high so that the first
@@ -108,15 +109,38 @@ class ConcurrentConsumeService:
         ]
 
     async def shutdown(self, await_termination_ms: int) -> None:
+        """Take no more chunks; wait up to ``await_termination_ms`` for those under way.
+
+        Chunks no worker has begun stay unacknowledged in their process queues, so
+        the committed offsets stop below them and they come again after a restart.
+        Chunks whose listener call or deferred write finishes within the wait are
+        acknowledged before this returns, because the consumer persists its
+        offsets right after (Java: the consume executor's graceful shutdown, then
+        persistConsumerOffset). A deferred write still pending at the deadline is
+        cancelled: a group-commit sink then withdraws a batch no flush has taken.
+        """
         self._stopped = True
         if self._cleaner is not None:
             self._cleaner.cancel()
-        if await_termination_ms > 0:
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        under_way = f"{self._busy} listener calls and {self._deferred} deferred writes"
+        if await_termination_ms > 0 and (self._busy or self._deferred):
+            log.info("group %s stopping: waiting up to %d ms for %s", self.host.group,
+                     await_termination_ms, under_way)  # fmt: skip
             deadline = time.monotonic() + await_termination_ms / 1000
-            while (
-                self._busy or self._deferred or not self._queue.empty()
-            ) and time.monotonic() < deadline:
+            while (self._busy or self._deferred) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
+        if self._busy or self._deferred:
+            log.warning(
+                "group %s stopped with %s still under way after %d ms (await_termination_"
+                "millis_when_shutdown); those batches are not acknowledged: consumed again",
+                self.host.group,
+                f"{self._busy} listener calls and {self._deferred} deferred writes",
+                await_termination_ms,
+            )
+        for future in list(self._deferred_futures):
+            future.cancel()
         await cancel_all([*self._workers, *self._tasks])
         self._workers = []
         # Acknowledgements still waiting for their loop turn count before the
@@ -155,7 +179,7 @@ class ConcurrentConsumeService:
         perf = time.perf_counter
         while True:
             r = await queue.get()
-            if r.pq.dropped:
+            if r.pq.dropped or self._stopped:
                 continue
             if invoker.hooks_enabled():
                 self._busy += 1
@@ -236,9 +260,13 @@ class ConcurrentConsumeService:
     ) -> None:
         """Settle a chunk when the future its listener returned resolves."""
         self._deferred += 1
+        self._deferred_futures.add(future)
 
         def settled(fut: asyncio.Future[Any]) -> None:
             self._deferred -= 1
+            self._deferred_futures.discard(fut)
+            if fut.cancelled() and self._stopped:
+                return  # given up at shutdown: the batch stays unacknowledged
             duration = (time.perf_counter() - start) * 1000
             if fut.cancelled():
                 outcome = ListenerOutcome(
@@ -319,7 +347,7 @@ class ConcurrentConsumeService:
 
     async def _consume_group(self, group: list[_Request], held: list[bool] | None = None) -> None:
         invoker = self.host.listener
-        live = [r for r in group if not r.pq.dropped]
+        live = [] if self._stopped else [r for r in group if not r.pq.dropped]
         if not live:
             return
         if invoker.hooks_enabled():
@@ -399,9 +427,7 @@ class ConcurrentConsumeService:
 
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         if outcome.exception is not None:
-            log.warning(
-                "consumeMessage exception: %r Group: %s", outcome.exception, self.host.group
-            )
+            self.host.listener.report_failure(outcome.exception)
             return ConsumeStatus.RECONSUME_LATER
         status = normalize_status(outcome.status)
         if status is None:
@@ -457,6 +483,10 @@ class ConcurrentConsumeService:
         host = self.host
         ack_index = ctx.ack_index
         if not msgs:
+            return
+        if self._stopped and status is not ConsumeStatus.CONSUME_SUCCESS:
+            # A failure while stopping (a sink closing under the call, say): left
+            # unacknowledged rather than sent back, it is consumed again after a restart.
             return
         if status is ConsumeStatus.CONSUME_SUCCESS:
             if ack_index >= len(msgs):

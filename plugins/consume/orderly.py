@@ -62,6 +62,8 @@ class OrderlyConsumeService:
     def __init__(self, host: ConsumeHost, options: Mapping[str, Any]) -> None:
         self.host = host
         self._stopped = False
+        # Batches between their listener call and their commit, for shutdown to wait on.
+        self._busy = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}
         self._lock_renewer: asyncio.Task[None] | None = None
@@ -87,11 +89,28 @@ class OrderlyConsumeService:
             await asyncio.sleep(REBALANCE_LOCK_INTERVAL_MS / 1000)
 
     async def shutdown(self, await_termination_ms: int) -> None:
+        """Take no more batches; wait up to ``await_termination_ms`` for those under way.
+
+        A batch whose listener call finishes within the wait is committed before
+        this returns (the consumer persists its offsets right after); drains that
+        only wait for a lock or a retry delay are not waited for.
+        """
         self._stopped = True
         if self._lock_renewer is not None:
             self._lock_renewer.cancel()
-        if await_termination_ms > 0 and self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=await_termination_ms / 1000)
+        if await_termination_ms > 0:
+            deadline = time.monotonic() + await_termination_ms / 1000
+            while self._busy and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        if self._busy:
+            log.warning(
+                "group %s stopped with %d listener calls still under way after %d ms "
+                "(await_termination_millis_when_shutdown); their batches are not committed "
+                "and will be consumed again",
+                self.host.group,
+                self._busy,
+                await_termination_ms,
+            )
         await cancel_all(self._tasks)
         if self.clustering:
             # Synchronous unlock, so the next owner does not wait for the lock to expire.
@@ -158,47 +177,49 @@ class OrderlyConsumeService:
                 msgs = pq.take_messages(batch)
                 if not msgs:
                     break  # take_messages cleared pq.consuming
-                host.reset_retry_topic(msgs)
-                ctx = ConsumeOrderlyContext(mq)
-                async with pq.consume_lock:
-                    if pq.is_dropped():
-                        log.warning(
-                            "the message queue not be able to consume, because it's dropped. %s", mq
-                        )
-                        break
-                    outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx)
-                status = (
-                    None
-                    if outcome.exception is not None
-                    else normalize_orderly_status(outcome.status)
-                )
-                if outcome.exception is not None:
-                    log.warning(
-                        "consumeMessage exception: %r Group: %s MQ: %s",
-                        outcome.exception,
-                        host.group,
-                        mq,
-                    )
-                elif status is None:
-                    log.warning(
-                        "listener of %s returned %r; treating it as SUSPEND",
-                        host.group,
-                        outcome.status,
-                    )
-                if status is None:
-                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-                if hook_ctx is not None:
-                    hook_ctx.status = status.value
-                    hook_ctx.success = status in (
-                        ConsumeOrderlyStatus.SUCCESS,
-                        ConsumeOrderlyStatus.COMMIT,
-                    )
-                    hook_ctx.duration_ms = outcome.duration_ms
-                    hook_ctx.exception = outcome.exception
-                    await host.listener.after(hook_ctx)
-                host.stats.consume_rt(mq.topic, outcome.duration_ms)
-                if not await self._process_result(msgs, status, ctx, pq, mq):
+                self._busy += 1
+                try:
+                    keep_going = await self._consume_batch(msgs, pq, mq)
+                finally:
+                    self._busy -= 1
+                if not keep_going:
                     break
+
+    async def _consume_batch(self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue) -> bool:
+        """One batch: the listener call, the hooks and the result; False stops the drain."""
+        host = self.host
+        host.reset_retry_topic(msgs)
+        ctx = ConsumeOrderlyContext(mq)
+        assert pq.consume_lock is not None  # set by _drain before its first batch
+        async with pq.consume_lock:
+            if pq.is_dropped():
+                log.warning(
+                    "the message queue not be able to consume, because it's dropped. %s", mq
+                )
+                return False
+            outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx)
+        status = None if outcome.exception is not None else normalize_orderly_status(outcome.status)
+        if outcome.exception is not None:
+            host.listener.report_failure(outcome.exception, mq)
+        elif status is None:
+            log.warning(
+                "listener of %s returned %r; treating it as SUSPEND",
+                host.group,
+                outcome.status,
+            )
+        if status is None:
+            status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        if hook_ctx is not None:
+            hook_ctx.status = status.value
+            hook_ctx.success = status in (
+                ConsumeOrderlyStatus.SUCCESS,
+                ConsumeOrderlyStatus.COMMIT,
+            )
+            hook_ctx.duration_ms = outcome.duration_ms
+            hook_ctx.exception = outcome.exception
+            await host.listener.after(hook_ctx)
+        host.stats.consume_rt(mq.topic, outcome.duration_ms)
+        return await self._process_result(msgs, status, ctx, pq, mq)
 
     async def _process_result(
         self,

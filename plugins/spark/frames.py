@@ -7,7 +7,9 @@ worker thread, never from the event loop.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.plugins.spark.options import SinkOptions
@@ -29,6 +31,7 @@ class FrameWriter:
         self.options = options
         self.session = session
         self._table_ready = False
+        self._table_adopted = False
         # The JSON body's Arrow schema when pyarrow can parse it exactly as Spark would.
         self._json_arrow: Any = None
 
@@ -93,10 +96,31 @@ class FrameWriter:
         elif opts.table:
             if opts.path:
                 writer = writer.option("path", opts.path)
+            else:
+                self._adopt_earlier_table()
             writer.mode("append").saveAsTable(opts.table)
         else:
             assert opts.path is not None
             writer.mode("append").save(opts.path)
+
+    def _adopt_earlier_table(self) -> None:
+        """Register the files an earlier run wrote for ``table`` before appending to it.
+
+        Spark's catalog (in memory without Hive) forgets a managed table when the
+        session ends, and then refuses to create it over its non-empty warehouse
+        folder (LOCATION_ALREADY_EXISTS): a restarted consumer could write nothing.
+        """
+        if self._table_adopted:
+            return
+        self._table_adopted = True
+        table = str(self.options.table)
+        catalog = self.session.catalog
+        warehouse = urlparse(str(self.session.conf.get("spark.sql.warehouse.dir")))
+        if "." in table or warehouse.scheme not in ("", "file") or catalog.tableExists(table):
+            return
+        location = Path(warehouse.path) / table
+        if location.is_dir() and any(location.iterdir()):
+            catalog.createTable(table, path=str(location), source=self.options.format)
 
     def after_publish(self) -> None:
         """With table and exactly-once: the table over path exists and sees the new files."""
