@@ -169,5 +169,5 @@ def test_watch_before_the_config_takes_it_as_the_config() -> None:
     assert _watch_seconds(given(None, "c.toml")) is None
     with pytest.raises(RmqkError, match="positive"):
         _watch_seconds(given("0", "c.toml"))
-    with pytest.raises(RmqkError, match="number of seconds, got 'x.toml'"):
+    with pytest.raises(RmqkError, match=r"number of seconds, got 'x\.toml'"):
         _watch_seconds(given("x.toml", "c.toml"))
