@@ -22,8 +22,9 @@ and then published (see :mod:`rmqk.plugins.sinks.commitlog`); messages the log
 already covers are acknowledged without being written again.
 
 Writes block, so they run in a worker thread; the event loop keeps pulling
-and buffering while a flush is written. Without ``exactly_once`` the next
-flush's Arrow columns are built while the previous flush is being written.
+and buffering while a flush is written, and builds the next flush's Arrow
+columns meanwhile (with ``exactly_once`` too: a flush whose messages the commit
+log filters builds them again, in the worker thread).
 """
 
 from __future__ import annotations
@@ -207,7 +208,12 @@ class OutputWriter(GroupCommitSink):
             return [r for e in self._staging.log.read_new() for r in e.ranges]
 
     def _commit_exactly_once(self, flush: Flush, staging: StagingArea) -> int:
-        arrow = self._arrow(flush)
+        if isinstance(flush.prepared, list):
+            import pyarrow as pa
+
+            arrow = pa.Table.from_batches(flush.prepared).combine_chunks().to_batches()[0]
+        else:
+            arrow = self._arrow(flush)
         self._seq += 1
         seq = self._seq
         target = staging.flush_dir(seq)
