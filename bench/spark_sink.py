@@ -1,4 +1,14 @@
-"""``spark-sink``: rows/s into Parquet through the ``spark`` sink, against plain consume.
+"""``spark-sink``: rows/s through the ``spark`` sink, into Parquet and into a table.
+
+Two targets, each a ratio within this one run:
+
+* Parquet files at a path (the sink's default ``writer = "arrow"``, or what
+  ``--sink-option writer=spark`` says) against the bare consume rate of the
+  same messages;
+* a table (``saveAsTable``, always Spark's writer) against Spark's own rate for
+  writing the same Arrow batches (as many rows, the same body size, in batches
+  of the sink's ``flush_rows``) with no consumer: ``createDataFrame`` and
+  ``saveAsTable`` per batch, nothing else (``--no-table`` skips both).
 
 The same N messages are consumed twice with the same consumer settings: once
 by a no-op async listener (the consume rate) and once delivered to the sink,
@@ -39,6 +49,7 @@ NAME = "spark-sink"
 HELP = "rows/s into Parquet through the spark sink, as a ratio to consume"
 
 TARGET_OVER_CONSUME = 0.8
+TARGET_TABLE_OVER_SPARK = 0.8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-widen",
         action="store_true",
         help="leave the consumer's flow control alone (no widening to window_rows)",
+    )
+    parser.add_argument(
+        "--no-table", action="store_true", help="skip the table output and Spark's own rate"
     )
     parser.add_argument("--out", default=None, help="output directory (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=900.0)
@@ -186,6 +200,57 @@ def count_rows(path: str) -> int:
     return rows
 
 
+def count_table(table: str) -> int:
+    from rmqk.plugins.spark.session import get_session
+
+    rows: int = get_session().table(table).count()
+    return rows
+
+
+def spark_alone(messages: int, size: int, sink_options: dict[str, Any]) -> float:
+    """Spark's rows/s writing Arrow batches like the sink's to a table, with no consumer.
+
+    The batches are built before the clock starts; what is timed is what the
+    sink's Spark writer does per flush (``FrameWriter.write``).
+    """
+    from rmqk.message import MessageExt
+    from rmqk.plugins.spark.columns import messages_to_arrow
+    from rmqk.plugins.spark.frames import FrameWriter
+    from rmqk.plugins.spark.options import parse_sink_options
+    from rmqk.plugins.spark.session import get_session
+
+    options = parse_sink_options(sink_options)
+    session = get_session(options.master, options.app_name, options.spark_conf)
+    body = b"x" * size
+    step = options.flush_rows
+    batches = [
+        messages_to_arrow(
+            [
+                (
+                    None,
+                    [
+                        MessageExt(
+                            topic="bench",
+                            body=body,
+                            queue_offset=i,
+                            store_host="127.0.0.1:10911",
+                            properties={"UNIQ_KEY": f"ID{i:012d}", "TAGS": "t"},
+                        )
+                        for i in range(first, min(first + step, messages))
+                    ],
+                )
+            ]
+        )
+        for first in range(0, messages, step)
+    ]
+    frames = FrameWriter(options, session)
+    frames.check()
+    started = time.perf_counter()
+    for batch in batches:
+        frames.write(batch)
+    return messages / (time.perf_counter() - started)
+
+
 async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
     require_sink()
     ns = cluster.namesrv_addr
@@ -241,16 +306,37 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
             ns, topic, args.messages, options, sink_opts, args.timeout, args.await_write
         )
         rows_on_disk = await asyncio.to_thread(count_rows, str(out / "data"))
+        table = (
+            None
+            if args.no_table
+            else await _table_runs(ns, topic, warm_topic, args, options, extra, out)
+        )
     finally:
         if own_out:
             shutil.rmtree(out, ignore_errors=True)
     ratio = sinked.rate / consume.rate
     flushes = stats.get("flushes")
+    writer = str(extra.get("writer", "arrow"))
+    targets = [at_least("parquet/consume", ratio, TARGET_OVER_CONSUME)]
+    table_text = ""
+    table_figures: dict[str, Any] = {}
+    if table is not None:
+        table_text = (
+            f"; table {table.sink_rate:,.0f} rows/s vs Spark alone {table.spark_rate:,.0f} "
+            f"rows/s ({table.ratio:.2f}), {table.rows:,} rows"
+        )
+        table_figures = {
+            "table_rows_per_s": round(table.sink_rate, 1),
+            "spark_alone_rows_per_s": round(table.spark_rate, 1),
+            "table_over_spark": round(table.ratio, 4),
+            "table_rows": table.rows,
+        }
+        targets.append(at_least("table/spark", table.ratio, TARGET_TABLE_OVER_SPARK))
     return Result(
         NAME,
-        f"{sinked.rate:,.0f} rows/s into Parquet vs consume {consume.rate:,.0f} msg/s "
-        f"({ratio:.2f}); {rows_on_disk:,} rows on disk, {flushes} flushes; warm-up "
-        f"{warm_s:.1f} s",
+        f"{sinked.rate:,.0f} rows/s into Parquet ({writer} writer) vs consume "
+        f"{consume.rate:,.0f} msg/s ({ratio:.2f}); {rows_on_disk:,} rows on disk, "
+        f"{flushes} flushes; warm-up {warm_s:.1f} s{table_text}",
         parameters={
             "messages": args.messages,
             "size": args.size,
@@ -272,6 +358,51 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
             "warmup_s": round(warm_s, 2),
             "seconds_writing": round(float(stats.get("seconds_writing", 0.0)), 3),
             "seconds_arrow": round(float(stats.get("seconds_arrow", 0.0)), 3),
+            **table_figures,
         },
-        targets=[at_least("sink/consume", ratio, TARGET_OVER_CONSUME)],
+        targets=targets,
     )
+
+
+@attrs.frozen
+class TableRun:
+    sink_rate: float
+    spark_rate: float
+    rows: int
+
+    @property
+    def ratio(self) -> float:
+        return self.sink_rate / self.spark_rate
+
+
+async def _table_runs(
+    ns: str,
+    topic: str,
+    warm_topic: str,
+    args: argparse.Namespace,
+    options: dict[str, Any],
+    extra: dict[str, Any],
+    out: Path,
+) -> TableRun:
+    """The table output through the sink, then Spark alone writing such batches."""
+    conf = {k: v for k, v in extra.items() if k != "writer"}
+    conf.setdefault("spark.sql.warehouse.dir", str(out / "warehouse"))
+    name = unique("bench_sink_table")
+    if args.warmup_messages > 0:
+        await sink_run(
+            ns,
+            warm_topic,
+            args.warmup_messages,
+            options,
+            {"table": name + "_warm", **conf},
+            args.timeout,
+            args.await_write,
+        )
+    sinked, _ = await sink_run(
+        ns, topic, args.messages, options, {"table": name, **conf}, args.timeout, args.await_write
+    )
+    rows = await asyncio.to_thread(count_table, name)
+    alone = await asyncio.to_thread(
+        spark_alone, args.messages, args.size, {"table": name + "_alone", **conf}
+    )
+    return TableRun(sinked.rate, alone, rows)

@@ -10,17 +10,19 @@ that the output holds every message exactly once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
-import signal
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from spark_support import (  # the spark fixture
+    check_exactly_once,
+    consumer_toml,
+    message,
+    orders_topic,
+    spark_session,  # noqa: F401
+)
 
 from rmqk.config import load_config
 from rmqk.errors import ConfigError
@@ -38,7 +40,7 @@ from rmqk.plugins.spark.options import parse_sink_options
 from rmqk.runtime import ComposedConsumer
 
 if TYPE_CHECKING:
-    from rmqk.plugins.spark.demo import ProduceResult
+    pass
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -263,34 +265,6 @@ def test_json_fast_path_parses_flat_bodies_and_leaves_the_rest_to_spark() -> Non
 # -- with Spark ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    pytest.importorskip("pyarrow")
-    from rmqk.plugins.spark.session import get_session, stop_session
-
-    warehouse = tmp_path_factory.mktemp("warehouse")
-    session = get_session(
-        conf={"spark.driver.memory": "1g", "spark.sql.warehouse.dir": str(warehouse)}
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    stop_session()
-
-
-def _message(queue_id: int, offset: int, body: dict[str, Any]) -> MessageExt:
-    return MessageExt(
-        topic="Orders",
-        body=json.dumps(body).encode(),
-        queue_id=queue_id,
-        queue_offset=offset,
-        born_timestamp=1_700_000_000_000 + offset,
-        store_timestamp=1_700_000_000_500 + offset,
-        store_host="127.0.0.1:10911",
-        properties={"TAGS": "paid", "KEYS": f"O-{offset}", "UNIQ_KEY": f"ID-{queue_id}-{offset}"},
-    )
-
-
 @pytest.mark.spark
 async def test_group_commit_flushes_by_rows_and_writes_columns(spark: Any, tmp_path: Path) -> None:
     from rmqk.plugins.spark.sink import SparkSink
@@ -312,7 +286,7 @@ async def test_group_commit_flushes_by_rows_and_writes_columns(spark: Any, tmp_p
         return sink.write(
             queues[i % 4],
             [
-                _message(i % 4, (i // 4) * 10 + k, {"order_id": f"O-{i}-{k}", "amount": k * 1.5})
+                message(i % 4, (i // 4) * 10 + k, {"order_id": f"O-{i}-{k}", "amount": k * 1.5})
                 for k in range(10)
             ],
         )
@@ -357,7 +331,7 @@ async def test_group_commit_flushes_by_rows_and_writes_columns(spark: Any, tmp_p
 
 
 def _raw(offset: int, body: bytes) -> MessageExt:
-    m = _message(0, offset, {})
+    m = message(0, offset, {})
     m.body = body
     return m
 
@@ -411,11 +385,11 @@ async def test_a_failed_write_fails_every_batch_of_the_flush(spark: Any, tmp_pat
     sink = SparkSink({"path": str(blocker), "flush_seconds": 0.2})
     await sink.start()
     q = MessageQueue("Orders", "broker-a", 0)
-    submitted = sink.submit(q, [_message(0, 2, {})])
+    submitted = sink.submit(q, [message(0, 2, {})])
     assert not submitted.done()
     results = await asyncio.gather(
-        sink.write(q, [_message(0, 0, {})]),
-        sink.write(q, [_message(0, 1, {})]),
+        sink.write(q, [message(0, 0, {})]),
+        sink.write(q, [message(0, 1, {})]),
         submitted,
         return_exceptions=True,
     )
@@ -437,7 +411,7 @@ async def test_submit_returns_the_future_of_the_flush_that_covers_it(
     q = MessageQueue("Orders", "broker-a", 0)
 
     def batch(first: int, n: int) -> list[MessageExt]:
-        return [_message(0, first + k, {}) for k in range(n)]
+        return [message(0, first + k, {}) for k in range(n)]
 
     first = sink.submit(q, batch(0, 60))
     assert isinstance(first, asyncio.Future)
@@ -482,8 +456,8 @@ async def test_table_output(spark: Any, tmp_path: Path, exactly_once: bool) -> N
         sink = SparkSink(options)
         await sink.start()
         await asyncio.gather(
-            sink.write(q0, [_message(0, round_ * 10 + k, {}) for k in range(10)]),
-            sink.write(q1, [_message(1, round_ * 10 + k, {}) for k in range(5)]),
+            sink.write(q0, [message(0, round_ * 10 + k, {}) for k in range(10)]),
+            sink.write(q1, [message(1, round_ * 10 + k, {}) for k in range(5)]),
         )
         await sink.close()
     rows = spark.table(table).select("queue_id", "queue_offset").collect()
@@ -492,49 +466,11 @@ async def test_table_output(spark: Any, tmp_path: Path, exactly_once: bool) -> N
     )
 
 
-def _consumer_toml(
-    path: Path, namesrv: str, group: str, sink_options: dict[str, Any], **options: Any
-) -> Path:
-    lines = [
-        "[consumers.orders]",
-        f'group = "{group}"',
-        f'namesrv_addr = "{namesrv}"',
-        'subscription = { Orders = "created || paid || shipped || cancelled" }',
-        'consume_from_where = "CONSUME_FROM_FIRST_OFFSET"',
-        "consume_message_batch_max_size = 32",
-        "consume_thread_max = 500",
-        "pull_threshold_for_queue = 2000",
-        'sink = "spark"',
-    ]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in options.items()]
-    lines.append("[consumers.orders.sink_options]")
-    lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in sink_options.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _check_exactly_once(spark: Any, out: Path, msg_ids: tuple[str, ...]) -> None:
-    df = spark.read.parquet(str(out))
-    rows = df.select("msg_id", "queue_id", "queue_offset").collect()
-    ids = [r.msg_id for r in rows]
-    assert len(ids) == len(msg_ids), f"{len(ids)} rows for {len(msg_ids)} messages"
-    assert set(ids) == set(msg_ids)
-    assert len({(r.queue_id, r.queue_offset) for r in rows}) == len(msg_ids)
-
-
-async def _orders_topic(broker: Any, count: int) -> ProduceResult:
-    """Topic Orders, four queues, ``count`` demo orders sent to it; returns what was sent."""
-    from rmqk.plugins.spark.demo import produce_orders
-
-    await broker.create_topic("Orders", queues=4)
-    return await produce_orders(broker.namesrv_addr, count, topic="Orders")
-
-
 @pytest.mark.spark
 async def test_consumer_to_parquet_end_to_end(spark: Any, broker: Any, tmp_path: Path) -> None:
-    produced = await _orders_topic(broker, 6000)
+    produced = await orders_topic(broker, 6000)
     out = tmp_path / "orders"
-    config = _consumer_toml(
+    config = consumer_toml(
         tmp_path / "c.toml",
         broker.namesrv_addr,
         "g-spark-e2e",
@@ -559,7 +495,7 @@ async def test_consumer_to_parquet_end_to_end(spark: Any, broker: Any, tmp_path:
     finally:
         await composed.stop()
     assert sink.stats.batches > sink.stats.flushes  # group commits
-    _check_exactly_once(spark, out, produced.msg_ids)
+    check_exactly_once(spark, out, produced.msg_ids)
     df = spark.read.parquet(str(out))
     per_tag = {r.tags: r["count"] for r in df.groupBy("tags").count().collect()}
     assert per_tag == dict(produced.per_tag)
@@ -570,127 +506,3 @@ async def test_consumer_to_parquet_end_to_end(spark: Any, broker: Any, tmp_path:
         "tags=paid",
         "tags=shipped",
     ]
-
-
-_CRASH_CHILD = r"""
-import asyncio, sys, time
-from pathlib import Path
-
-config, stage, nth, marker, total = sys.argv[1:6]
-
-from rmqk.plugins.spark.sink import OutputWriter
-
-if stage != "none":
-    seen = {"n": 0}
-
-    def pause_for_the_kill(self, step, entry):
-        if step == stage:
-            seen["n"] += 1
-            if seen["n"] == int(nth):
-                Path(marker).write_text(entry.flush_id)
-                time.sleep(3600)  # the test kills this process (SIGKILL) here
-
-    OutputWriter._stage_hook = pause_for_the_kill
-
-from rmqk.config import load_config
-from rmqk.plugins.sinks.commitlog import CommitLog, control_dir
-from rmqk.runtime import ComposedConsumer
-
-
-async def main():
-    spec = load_config(config).consumers[0]
-    composed = ComposedConsumer(spec)
-    await composed.start()
-    log = CommitLog(control_dir(spec.sink_options["path"]))
-    committed = 0
-    while committed < int(total):
-        await asyncio.sleep(0.2)
-        committed += sum(e.rows for e in log.read_new())
-    await composed.stop()
-    print("done", committed, flush=True)
-
-
-asyncio.run(main())
-"""
-
-
-@pytest.mark.spark
-async def test_kill_9_between_write_and_ack_leaves_each_message_once(
-    spark: Any, broker: Any, tmp_path: Path
-) -> None:
-    produced = await _orders_topic(broker, 4000)
-    out = tmp_path / "orders"
-    config = _consumer_toml(
-        tmp_path / "c.toml",
-        broker.namesrv_addr,
-        "g-spark-crash",
-        {
-            "path": str(out),
-            "exactly_once": True,
-            "flush_rows": 400,
-            "flush_seconds": 0.3,
-            "spark.driver.memory": "512m",
-        },
-        persist_consumer_offset_interval=1000,
-    )
-    script = tmp_path / "child.py"
-    script.write_text(_CRASH_CHILD)
-    marker = tmp_path / "paused"
-    logs = tmp_path / "child.log"
-    killed: list[str] = []
-    # Killed after the commit-log line (before publishing), then after publishing
-    # (before the acknowledgement); a crash before the commit-log line is the
-    # reconcile test's. Then this process finishes the job.
-    for stage in ("committed", "published"):
-        with open(logs, "ab") as log_file:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(script),
-                str(config),
-                stage,
-                "1",
-                str(marker),
-                str(produced.count),
-                stdout=log_file,
-                stderr=log_file,
-                start_new_session=True,
-            )
-        try:
-            deadline = time.monotonic() + 300
-            while not marker.exists():
-                assert proc.returncode is None, logs.read_text()[-3000:]
-                assert time.monotonic() < deadline, "the child never reached " + stage
-                await asyncio.sleep(0.1)
-            killed.append(marker.read_text())
-            os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            marker.unlink()
-        finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
-    # The flush killed after publishing is in the output, but its messages were never
-    # acknowledged: they come again and must be skipped.
-    last_killed = next(e for e in CommitLog(control_dir(out)).read_new() if e.flush_id == killed[1])
-    composed = ComposedConsumer(load_config(config).consumers[0])
-    await composed.start()
-    sink: Any = composed.sink
-    try:
-        log = CommitLog(control_dir(out))
-        committed = 0
-        deadline = time.monotonic() + 300
-        while committed < produced.count:
-            assert time.monotonic() < deadline, f"only {committed} rows committed"
-            await asyncio.sleep(0.2)
-            committed += sum(e.rows for e in log.read_new())
-    finally:
-        await composed.stop()
-    assert sink.stats.rows_skipped >= last_killed.rows > 0
-
-    entries = CommitLog(control_dir(out)).read_new()
-    committed_ids = {e.flush_id for e in entries}
-    assert set(killed) <= committed_ids
-    assert sum(e.rows for e in entries) == produced.count
-    assert not any((control_dir(out) / "staging").glob("*/*"))
-    _check_exactly_once(spark, out, produced.msg_ids)

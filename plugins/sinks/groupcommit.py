@@ -125,7 +125,8 @@ class GroupCommitSink(abc.ABC):
     # The sink's registered name, for log lines and errors.
     sink_name: ClassVar[str] = "group-commit"
     # True: the next flush is prepared (prepare, on the event loop) while the previous one
-    # is written. Only worth it when prepare does real work; not with exactly_once.
+    # is written. Only worth it when prepare does real work. With exactly_once only the
+    # preparing overlaps: writes (filter, commit) stay one at a time.
     overlap_flushes: ClassVar[bool] = False
 
     def __init__(
@@ -340,7 +341,7 @@ class GroupCommitSink(abc.ABC):
                 if batch is None:
                     return
                 started = time.monotonic()
-                if self.exactly_once or not self.overlap_flushes:
+                if not self.overlap_flushes:
                     await self._settle(batch, started, asyncio.to_thread(self._write, batch))
                     continue
                 try:
@@ -352,8 +353,15 @@ class GroupCommitSink(abc.ABC):
                     continue
                 if writing is not None:
                     await writing
+                # Exactly once still writes (filters, commits) one flush at a time: only
+                # the preparing overlaps.
+                write = (
+                    asyncio.to_thread(self._write, batch, flush.prepared)
+                    if self.exactly_once
+                    else asyncio.to_thread(self._write_prepared, flush)
+                )
                 writing = asyncio.get_running_loop().create_task(
-                    self._settle(batch, started, asyncio.to_thread(self._write_prepared, flush)),
+                    self._settle(batch, started, write),
                     name=f"rmqk-{self.sink_name}-write {self.target}",
                 )
         finally:
@@ -476,8 +484,11 @@ class GroupCommitSink(abc.ABC):
     def _write_prepared(self, flush: Flush) -> tuple[int, int]:
         return self.write_batch(flush), 0
 
-    def _write(self, batch: list[_Pending]) -> tuple[int, int]:
-        """One flush: (rows written, rows skipped as already committed)."""
+    def _write(self, batch: list[_Pending], prepared: object = None) -> tuple[int, int]:
+        """One flush: (rows written, rows skipped as already committed).
+
+        ``prepared`` (exactly once) is handed on only if no message was filtered out.
+        """
         pairs = tuple((e.queue, e.messages) for e in batch)
         if not self.exactly_once:
             return self.write_batch(Flush(pairs)), 0
@@ -497,7 +508,9 @@ class GroupCommitSink(abc.ABC):
                 )
                 for i, q, _ in kept
             )
-            flush = Flush(tuple((q, msgs) for _, q, msgs in kept), ranges)
+            flush = Flush(
+                tuple((q, msgs) for _, q, msgs in kept), ranges, prepared if not skipped else None
+            )
             try:
                 written = self.write_batch(flush)
             except CommitRaced as raced:

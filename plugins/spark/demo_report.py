@@ -50,6 +50,8 @@ class DemoResult:
     read_seconds: float
     flushes: int
     out_dir: str
+    # A no-op consumer's msg/s over the same backlog in the same run (0: not measured).
+    bare_consume_rate: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -196,6 +198,14 @@ def format_report(result: DemoResult, *, deleted: bool = False, unicode: bool = 
         "throughput:",
         f"  produce            {result.produced / max(result.produce_seconds, 1e-9):>10,.0f} msg/s",
         f"  consume + write    {rate:>10,.0f} rows/s ({result.flushes} flushes)",
+        *(
+            [
+                f"  bare consume       {result.bare_consume_rate:>10,.0f} msg/s (no-op listener, "
+                f"same messages; end to end is {rate / result.bare_consume_rate:.2f} of it)"
+            ]
+            if result.bare_consume_rate > 0
+            else []
+        ),
         f"  read back + checks {result.read_seconds:>10.1f} s",
         "",
         "exactly once:",

@@ -154,35 +154,7 @@ def _fast_json_schema(schema: Any) -> Any:
 
 
 def _decode_json_bodies(batch: pa.RecordBatch, schema: Any) -> pa.Table | None:
-    """``batch`` with the body replaced by the JSON fields; None if any body needs Spark.
+    """``batch`` with the body replaced by the JSON fields; None if any body needs Spark."""
+    from rmqk.plugins.spark.arrow_writer import decode_json_bodies
 
-    A body pyarrow rejects (not an object, a value of another type, a line break
-    inside) sends the whole flush to Spark's ``from_json``, whose PERMISSIVE
-    reading (nulls for what does not parse) stays the sink's behaviour.
-    """
-    import io
-
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    bodies = batch.column("body").to_pylist()
-    if any(b is None or b"\n" in b or b"\r" in b for b in bodies):
-        return None
-    try:
-        parsed = pj.read_json(
-            io.BytesIO(b"\n".join(bodies)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        log.debug("JSON bodies left to Spark: %s", exc)
-        return None
-    if parsed.num_rows != batch.num_rows:
-        return None
-    names = [n for n in batch.schema.names if n != "body"]
-    columns = [batch.column(n) for n in names]
-    return pa.Table.from_arrays(
-        columns + [c.combine_chunks() for c in parsed.columns],
-        names=names + parsed.column_names,
-    )
+    return decode_json_bodies(batch, schema)

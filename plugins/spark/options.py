@@ -25,12 +25,14 @@ __all__ = [
     "BODY_FORMATS",
     "FORMATS",
     "SPARK_SETTINGS_DOC",
+    "WRITERS",
     "SinkOptions",
     "SourceOptionTable",
     "parse_sink_options",
 ]
 
 BODY_FORMATS = ("binary", "text", "json")
+WRITERS = ("arrow", "spark")
 # File formats whose output is a set of part files the exactly-once mode can move.
 FORMATS = ("parquet", "orc")
 DEFAULT_MASTER = "local[2]"
@@ -139,6 +141,15 @@ class SinkOptions:
         "Record each flush in a commit log so a replay writes nothing twice (needs path).",
         False,
     )
+    writer: str | None = option(
+        OptionType.STR,
+        "Who writes the files: arrow (pyarrow, no JVM; Parquet at path) or spark (a Spark "
+        "job per flush; tables, ORC, and partitions by timestamp or floating-point columns).",
+        None,
+        default_text="arrow for Parquet at path, else spark",
+        nullable=True,
+        allowed=WRITERS,
+    )
     master: str = option(OptionType.STR, "Spark master of the process's session.", DEFAULT_MASTER)
     app_name: str = option(OptionType.STR, "Spark application name.", DEFAULT_APP_NAME)
     spark_conf: Mapping[str, str] = attrs.field(factory=_empty, hash=False)
@@ -163,7 +174,26 @@ class SinkOptions:
             self.body_schema,
             self.exactly_once,
             self.files_per_flush,
+            self.resolved_writer,
         )
+
+    @property
+    def resolved_writer(self) -> str:
+        """``writer``, or when unset: arrow for Parquet files at path, spark otherwise."""
+        if self.writer is not None:
+            return self.writer
+        return "arrow" if _arrow_problem(self) is None else "spark"
+
+
+def _arrow_problem(options: SinkOptions) -> str | None:
+    """Why the Arrow writer cannot write this output as Spark would, if so."""
+    from rmqk.plugins.spark.arrow_writer import arrow_partition_problem
+
+    if options.table:
+        return "tables are written by Spark (writer = 'spark')"
+    if options.format != "parquet":
+        return f"it writes Parquet; {options.format} is written by Spark (writer = 'spark')"
+    return arrow_partition_problem(options)
 
 
 def _spark_value(value: Any) -> str | None:
@@ -246,6 +276,10 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
             "needs path: the commit log and staged files live beside the output "
             "(with table, the table is created over path)",
         )
+    if parsed.writer == "arrow" and not problems:
+        why = _arrow_problem(parsed)
+        if why is not None:
+            problem("writer", f"arrow cannot write this output: {why}")
     if problems:
         raise ConfigError(problems)
     return attrs.evolve(parsed, spark_conf=MappingProxyType(conf))

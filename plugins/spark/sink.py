@@ -1,11 +1,16 @@
-"""The ``spark`` sink: group commits of consumed messages into Parquet (or ORC) via Spark.
+"""The ``spark`` sink: group commits of consumed messages into Parquet (or ORC, or a table).
 
 Every consumer of a process that writes to the same output shares one
 :class:`OutputWriter`, a :class:`~rmqk.plugins.sinks.groupcommit.GroupCommitSink`
 whose flushes (``flush_rows``, ``flush_bytes``, ``flush_seconds``) are each one
-DataFrame; the base buffers, triggers flushes and resolves each batch's future
-once its flush has committed. What is Spark's here: building Arrow columns,
-writing them, and the exactly-once staging.
+Arrow batch; the base buffers, triggers flushes and resolves each batch's future
+once its flush has committed. What is this module's: building Arrow columns,
+handing them to the writer, and the exactly-once staging.
+
+The writer is pyarrow for Parquet files at a path (``writer = "arrow"``, the
+default there: :mod:`rmqk.plugins.spark.arrow_writer`, Spark's layout without a
+Spark job per flush) and Spark for tables, ORC and ``writer = "spark"``
+(:mod:`rmqk.plugins.spark.frames`, one DataFrame write per flush).
 
 A listener that awaits ``write`` instead of returning ``submit``'s future keeps
 at most ``consume_thread_min`` batches waiting, and a ``flush_rows`` above that
@@ -16,9 +21,10 @@ With ``exactly_once`` a flush is staged, committed to a log beside the output
 and then published (see :mod:`rmqk.plugins.sinks.commitlog`); messages the log
 already covers are acknowledged without being written again.
 
-Spark calls block, so they run in a worker thread; the event loop keeps pulling
-and buffering while a flush is written. Without ``exactly_once`` the next
-flush's Arrow columns are built while the previous flush is in Spark.
+Writes block, so they run in a worker thread; the event loop keeps pulling
+and buffering while a flush is written, and builds the next flush's Arrow
+columns meanwhile (with ``exactly_once`` too: a flush whose messages the commit
+log filters builds them again, in the worker thread).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from rmqk.plugins.spark.options import SinkOptions, parse_sink_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from rmqk.plugins.spark.arrow_writer import ArrowFileWriter
 
 __all__ = ["OutputWriter", "SparkFlushStats", "SparkSink"]
 
@@ -82,29 +90,52 @@ class OutputWriter(GroupCommitSink):
         self.users = 0
         self.session: Any = None
         self._frames: Any = None
+        self._files: ArrowFileWriter | None = None
+        self._owner = uuid.uuid4().hex[:16]
         self._staging: StagingArea | None = None
         self._seq = 0
         self._unpublished: list[CommitEntry] = []
 
     def open_output(self) -> None:
-        from rmqk.plugins.spark.frames import FrameWriter
-        from rmqk.plugins.spark.session import get_session
+        from rmqk.plugins.spark.arrow_writer import ArrowFileWriter, flat_json_schema
 
         opts = self.options
-        self.session = get_session(opts.master, opts.app_name, opts.spark_conf)
-        self._frames = FrameWriter(opts, self.session)
-        self._frames.check()
+        if opts.resolved_writer == "arrow":
+            self._files = ArrowFileWriter(opts, self._owner, self._spark_rows)
+            if opts.body_format == "json" and flat_json_schema(opts.body_schema or "") is None:
+                # Every flush's bodies need Spark's from_json: start it now, and check the DDL.
+                self._spark_frames()
+        else:
+            self._spark_frames()
         if opts.exactly_once:
             assert opts.path is not None
             output = Path(opts.path)
             output.mkdir(parents=True, exist_ok=True)
-            self._staging = StagingArea(output, uuid.uuid4().hex[:16])
+            self._staging = StagingArea(output, self._owner)
             self._staging.acquire()
             self._staging.reconcile()
             if opts.table:
                 with contextlib.suppress(Exception):
                     if any(True for _ in data_files(output)):
                         self._frames.after_publish()
+
+    def _spark_frames(self) -> Any:
+        """The Spark writer, its session started on first use (blocking: worker thread)."""
+        if self._frames is None:
+            from rmqk.plugins.spark.frames import FrameWriter
+            from rmqk.plugins.spark.session import get_session
+
+            opts = self.options
+            self.session = get_session(opts.master, opts.app_name, opts.spark_conf)
+            frames = FrameWriter(opts, self.session)
+            frames.check()
+            self._frames = frames
+        return self._frames
+
+    def _spark_rows(self, batch: pa.RecordBatch) -> pa.Table:
+        """The rows Spark makes of a batch, as Arrow (the bodies only Spark decodes right)."""
+        table: pa.Table = self._spark_frames().frame(batch).toArrow()
+        return table
 
     def close_output(self) -> None:
         if self._staging is None:
@@ -151,7 +182,12 @@ class OutputWriter(GroupCommitSink):
 
         parts = flush.prepared if isinstance(flush.prepared, list) else [self._arrow(flush)]
         arrow = pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
-        self._frames.write(arrow)
+        if self._files is not None:
+            assert self.options.path is not None
+            self._seq += 1
+            self._files.write(arrow, Path(self.options.path), self._seq, temporary=True)
+        else:
+            self._frames.write(arrow)
         return int(arrow.num_rows)
 
     def _arrow(self, flush: Flush) -> pa.RecordBatch:
@@ -172,19 +208,28 @@ class OutputWriter(GroupCommitSink):
             return [r for e in self._staging.log.read_new() for r in e.ranges]
 
     def _commit_exactly_once(self, flush: Flush, staging: StagingArea) -> int:
-        arrow = self._arrow(flush)
+        if isinstance(flush.prepared, list):
+            import pyarrow as pa
+
+            arrow = pa.Table.from_batches(flush.prepared).combine_chunks().to_batches()[0]
+        else:
+            arrow = self._arrow(flush)
         self._seq += 1
         seq = self._seq
         target = staging.flush_dir(seq)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._frames.write(arrow, str(target))
+            if self._files is not None:
+                files = self._files.write(arrow, target, seq, temporary=False)
+            else:
+                self._frames.write(arrow, str(target))
+                files = data_files(target)
             entry = CommitEntry(
                 flush_id=f"{staging.owner}-{seq}",
                 owner=staging.owner,
                 seq=seq,
                 rows=arrow.num_rows,
-                files=tuple(data_files(target)),
+                files=tuple(files),
                 ranges=flush.ranges,
                 time_ms=now_ms(),
             )
@@ -233,6 +278,8 @@ class OutputWriter(GroupCommitSink):
                 log.error("spark sink: publishing flush %s failed: %s", entry.flush_id, error)
                 return
             self._unpublished.pop(0)
+            if self._frames is None:
+                continue
             try:
                 self._frames.after_publish()
             except Exception as exc:
@@ -287,8 +334,8 @@ class SparkSink:
                         None,
                         f"another consumer of this process writes {self.options.target} with "
                         "different options; sinks sharing an output must agree on path, "
-                        "table, format, partition_by, body_format, body_schema, exactly_once "
-                        "and files_per_flush",
+                        "table, format, partition_by, body_format, body_schema, exactly_once, "
+                        "files_per_flush and writer",
                     )
                 ]
             )

@@ -1,0 +1,288 @@
+"""The ``spark`` sink's files written by pyarrow: Spark's layout, without Spark's JVM.
+
+A flush's Arrow batch becomes one Parquet file per Hive-style partition
+(``tags=paid/part-00007-<writer>.snappy.parquet``), laid out as Spark's own
+``partitionBy`` writer lays it out, so Spark (or anything reading Hive
+partitions) reads the output back with the schema and rows the Spark writer
+would have produced: partition values escaped as Spark escapes them, empty
+and null values in ``__HIVE_DEFAULT_PARTITION__``, the partition columns left
+out of the files, timestamps as UTC microseconds.
+
+Landing raw rows needs no JVM: pyarrow writes 10-20 times faster than a Spark
+job per flush, and releases the GIL while it does. Spark is started only for
+what pyarrow would read differently from it: a JSON ``body_schema`` beyond flat
+primitive fields, or a flush whose bodies pyarrow rejects (Spark's
+``from_json`` then parses that flush, with its PERMISSIVE nulls).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rmqk.plugins.spark.columns import COLUMN_NAMES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rmqk.plugins.spark.options import SinkOptions
+
+__all__ = [
+    "HIVE_DEFAULT_PARTITION",
+    "ArrowFileWriter",
+    "arrow_partition_problem",
+    "decode_json_bodies",
+    "escape_partition_value",
+    "flat_json_schema",
+]
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+# The characters Spark's ExternalCatalogUtils escapes in a partition directory name
+# (as %XX, upper-case hex): control characters and those with a meaning in paths/URIs.
+_ESCAPED = frozenset(
+    [chr(c) for c in range(0x01, 0x20)]
+    + ['"', "#", "%", "'", "*", "/", ":", "=", "?", "\\", "\x7f", "{", "[", "]", "^"]
+)
+
+# Spark DDL primitive types pyarrow's JSON reader parses exactly as from_json does.
+_FLAT_TYPES: dict[str, str] = {
+    "STRING": "string",
+    "INT": "int32",
+    "INTEGER": "int32",
+    "BIGINT": "int64",
+    "LONG": "int64",
+    "SMALLINT": "int16",
+    "SHORT": "int16",
+    "TINYINT": "int8",
+    "BYTE": "int8",
+    "DOUBLE": "float64",
+    "FLOAT": "float32",
+    "REAL": "float32",
+    "BOOLEAN": "bool",
+}
+_FIELD = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*:?\s+([A-Za-z]+)\s*$")
+
+# Message columns by their Arrow type family: which the Arrow writer can name a folder by.
+_PARTITIONABLE_MESSAGE_COLUMNS = frozenset(
+    {"topic", "broker", "queue_id", "queue_offset", "msg_id", "keys", "tags", "reconsume_times"}
+)
+_PARTITIONABLE_JSON_TYPES = frozenset(
+    {"STRING", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT", "BYTE",
+     "BOOLEAN"}
+)  # fmt: skip
+
+
+def flat_json_type_names(ddl: str) -> dict[str, str] | None:
+    """Field name to upper-case DDL type of a flat primitive DDL; None for anything else."""
+    out: dict[str, str] = {}
+    for part in ddl.split(","):
+        match = _FIELD.match(part)
+        if match is None or match.group(2).upper() not in _FLAT_TYPES:
+            return None
+        out[match.group(1)] = match.group(2).upper()
+    return out or None
+
+
+def flat_json_schema(ddl: str) -> pa.Schema | None:
+    """The Arrow schema of a flat primitive JSON ``body_schema``; None when Spark must parse."""
+    import pyarrow as pa
+
+    names = flat_json_type_names(ddl)
+    if names is None:
+        return None
+    return pa.schema([pa.field(n, getattr(pa, _FLAT_TYPES[t])()) for n, t in names.items()])
+
+
+def arrow_partition_problem(options: SinkOptions) -> str | None:
+    """Why the Arrow writer cannot lay out these partition columns as Spark would, if so.
+
+    Folder names of strings, integers and booleans are the same text in Spark and
+    here; timestamps and floating point are formatted by Spark's own rules.
+    """
+    json_types = flat_json_type_names(options.body_schema or "") or {}
+    for name in options.partition_by:
+        if name in _PARTITIONABLE_MESSAGE_COLUMNS:
+            continue
+        if name not in COLUMN_NAMES and json_types.get(name) in _PARTITIONABLE_JSON_TYPES:
+            continue
+        return f"partition column {name!r} is not a string, integer or boolean column"
+    return None
+
+
+def escape_partition_value(text: str) -> str:
+    """``text`` as a partition folder name part, escaped as Spark escapes it."""
+    if not any(ch in _ESCAPED for ch in text):
+        return text
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in text)
+
+
+def _folder(value: object) -> str:
+    if value is None or value == "":
+        return HIVE_DEFAULT_PARTITION
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return escape_partition_value(str(value))
+
+
+def decode_json_bodies(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table | None:
+    """``batch`` with the body replaced by the JSON fields; None if any body needs Spark.
+
+    A body pyarrow rejects (not an object, a value of another type, a line break
+    inside) sends the whole flush to Spark's ``from_json``, whose PERMISSIVE
+    reading (nulls for what does not parse) stays the sink's behaviour. Arrow
+    kernels only: no Python per row.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    bodies = batch.column("body")
+    if bodies.null_count or len(bodies) == 0:
+        return None
+    if (
+        pc.any(pc.match_substring(bodies, "\n")).as_py()
+        or pc.any(pc.match_substring(bodies, "\r")).as_py()
+    ):
+        return None
+    lines = pa.ListArray.from_arrays(pa.array([0, len(bodies)], pa.int32()), bodies)
+    joined = pc.binary_join(lines, b"\n")[0].as_buffer()
+    try:
+        parsed = pj.read_json(
+            pa.BufferReader(joined),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, joined.size + 1)),
+            parse_options=pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if parsed.num_rows != batch.num_rows:
+        return None
+    names = [n for n in batch.schema.names if n != "body"]
+    columns = [batch.column(n) for n in names]
+    return pa.Table.from_arrays(
+        columns + [c.combine_chunks() for c in parsed.columns],
+        names=names + parsed.column_names,
+    )
+
+
+class ArrowFileWriter:
+    """Writes a flush's rows as Parquet files with pyarrow, one per partition.
+
+    ``spark_rows`` turns a batch into rows through Spark (the body decoding
+    pyarrow cannot do as Spark would); it is called only for such flushes.
+    """
+
+    def __init__(
+        self,
+        options: SinkOptions,
+        owner: str,
+        spark_rows: Callable[[pa.RecordBatch], pa.Table],
+    ) -> None:
+        self.options = options
+        self.owner = owner
+        self._spark_rows = spark_rows
+        self._json = (
+            flat_json_schema(options.body_schema)
+            if options.body_format == "json" and options.body_schema
+            else None
+        )
+        self.spark_flushes = 0
+
+    def rows(self, batch: pa.RecordBatch) -> pa.Table:
+        """The rows of the output: the message columns, the body as ``body_format`` says."""
+        import pyarrow as pa
+
+        opts = self.options
+        if opts.body_format == "binary":
+            return pa.Table.from_batches([batch])
+        if opts.body_format == "text":
+            # Spark's cast keeps the bytes as they are, valid UTF-8 or not; so does a view.
+            index = batch.schema.get_field_index("body")
+            body = batch.column(index).view(pa.string())
+            return pa.Table.from_batches([batch.set_column(index, "body", body)])
+        if self._json is not None:
+            decoded = decode_json_bodies(batch, self._json)
+            if decoded is not None:
+                return decoded
+        self.spark_flushes += 1
+        return self._spark_rows(batch)
+
+    def write(self, batch: pa.RecordBatch, directory: Path, seq: int, temporary: bool) -> list[str]:
+        """Write the batch's rows under ``directory``; the files, relative to it.
+
+        ``temporary``: each file is written under a hidden name (which readers
+        skip) and renamed into place when complete, so a reader never sees half
+        a file. Without it the caller publishes the directory itself.
+        """
+        table = self.rows(batch)
+        name = f"part-{seq:05d}-{self.owner}.snappy.parquet"
+        written: list[str] = []
+        for folder, part in self._partitions(table):
+            rel = os.path.join(folder, name) if folder else name
+            self._write_file(part, directory / rel, temporary)
+            written.append(rel)
+        return written
+
+    def _partitions(self, table: pa.Table) -> list[tuple[str, pa.Table]]:
+        """(folder, rows without the partition columns) per partition, rows in order.
+
+        One stable sort by a combined partition code, then slices: no Python per
+        row, however many partitions a flush has.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        keys = list(self.options.partition_by)
+        if not keys:
+            return [("", table)]
+        if table.num_rows == 0:
+            return []
+        codes: pa.Array | None = None
+        for k in keys:
+            column = table[k].combine_chunks()
+            if pa.types.is_string(column.type):
+                # "" and null share Spark's default partition: one group, one file.
+                column = pc.if_else(pc.equal(column, ""), pa.scalar(None, column.type), column)
+            encoded = pc.dictionary_encode(column)
+            width = len(encoded.dictionary) + 1
+            index = encoded.indices.cast(pa.int64()).fill_null(width - 1)
+            codes = index if codes is None else pc.add(pc.multiply(codes, width), index)
+        assert codes is not None
+        order = pc.sort_indices(codes)
+        ordered = codes.take(order)
+        changes = pc.indices_nonzero(pc.not_equal(ordered[1:], ordered[:-1]))
+        starts = [0, *(int(i) + 1 for i in changes.to_pylist()), table.num_rows]
+        rows = table.take(order)
+        data = rows.drop_columns(keys)
+        out: list[tuple[str, pa.Table]] = []
+        for start, end in itertools.pairwise(starts):
+            values = [rows[k][start].as_py() for k in keys]
+            folder = os.path.join(
+                *(
+                    f"{escape_partition_value(k)}={_folder(v)}"
+                    for k, v in zip(keys, values, strict=True)
+                )
+            )
+            out.append((folder, data.slice(start, end - start)))
+        return out
+
+    def _write_file(self, table: pa.Table, path: Path, temporary: bool) -> None:
+        import pyarrow.parquet as pq
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not temporary:
+            pq.write_table(table, path, compression="snappy")
+            return
+        hidden = path.with_name(f".{path.name}.tmp")
+        try:
+            pq.write_table(table, hidden, compression="snappy")
+            os.replace(hidden, path)
+        except BaseException:
+            hidden.unlink(missing_ok=True)
+            raise
