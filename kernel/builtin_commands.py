@@ -14,7 +14,9 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,15 +77,26 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         origin = (
             f"{p['distribution']} {p['version']}"
             if p["distribution"]
-            else "(not from a distribution)"
+            else "(built into rmqk)"
         )
         print(f"  {p['name']}  [{origin}]  {p['module']}")
         for hook in p["hooks"]:
             print(f"      {hook}")
     print("Registered names:")
+    width = shutil.get_terminal_size((100, 24)).columns
     for kind, entries in kinds.items():
         names = ", ".join(f"{e['name']} ({e['plugin']})" for e in entries) or "(none)"
-        print(f"  {kind}: {names}")
+        # Wrapped between names, never inside one, to the terminal's width.
+        print(
+            textwrap.fill(
+                names,
+                width=max(width, 40),
+                initial_indent=f"  {kind}: ",
+                subsequent_indent="      ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
     return 0
 
 

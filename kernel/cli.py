@@ -16,7 +16,10 @@ import argparse
 import contextlib
 import logging
 import os
+import re
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -101,7 +104,7 @@ def build_parser(commands: dict[str, Command] | None = None) -> argparse.Argumen
         p = sub.add_parser(
             name,
             help=command.help,
-            description=command.description or command.help,
+            description=_readable(command.description or command.help),
             epilog=epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -109,6 +112,18 @@ def build_parser(commands: dict[str, Command] | None = None) -> argparse.Argumen
         _common_options(p.add_argument_group("logging and errors"), top=False)  # type: ignore[arg-type]
         p.set_defaults(_command=command)
     return parser
+
+
+def _readable(text: str) -> str:
+    """A command's description for the terminal: reST literals as plain `x`, and each
+    paragraph that is one long line wrapped; laid-out text (lists, examples) is kept."""
+    text = re.sub(r"``([^`]+)``", r"`\1`", text)
+    width = max(min(shutil.get_terminal_size((100, 24)).columns, 100) - 2, 40)
+    paragraphs = []
+    for para in text.split("\n\n"):
+        single = "\n" not in para.strip()
+        paragraphs.append(textwrap.fill(para.strip(), width) if single else para)
+    return "\n\n".join(paragraphs)
 
 
 # The handler configure_logging installed, so `rmqk run` can keep log records off its

@@ -222,7 +222,7 @@ def _broker_run(args: argparse.Namespace) -> int:
                 print("rmqk broker: SQL92 filtering on (enablePropertyFilter=true)", flush=True)
             if not broker.index.enabled:
                 print("rmqk broker: message index off (messageIndexEnable=false)", flush=True)
-            print(f"rmqk broker: data in {broker.data_dir}; stop with Ctrl+C", flush=True)
+            print(f"rmqk broker: data in {broker.data_dir}; stop with Ctrl-C", flush=True)
             await stop.wait()
         finally:
             await broker.stop()

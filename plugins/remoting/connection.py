@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -417,7 +418,7 @@ class ConnectionPool:
                 f"cannot connect to {addr}: no connection within {budget} ms"
             ) from None
         except (OSError, ssl.SSLError) as exc:
-            raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
+            raise RemotingConnectError(f"cannot connect to {addr}: {_reason(exc)}") from exc
         conn = protocol
         assert isinstance(conn, Connection)
         if self._closed:
@@ -587,3 +588,11 @@ class ConnectionPool:
             await asyncio.gather(*tasks, return_exceptions=True)
         # Let the transports run their close callbacks before the loop may end.
         await asyncio.sleep(0)
+
+
+def _reason(exc: BaseException) -> str:
+    """The cause of a failed connect, without the address asyncio repeats in its text
+    ("[Errno 111] Connect call failed ('127.0.0.1', 9876)" reads "connection refused")."""
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.errno:
+        return os.strerror(exc.errno).lower()
+    return str(exc)

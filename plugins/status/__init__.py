@@ -322,6 +322,12 @@ def _queue_rows(
     ]
 
 
+def _answering(online: int, members: int) -> str:
+    if members == 0:
+        return "no consumer answering"
+    return f"{online} of {members} consumer(s) answering"
+
+
 def format_status(statuses: Sequence[GroupStatus]) -> str:
     """The tables ``rmqk status`` prints."""
     blocks = []
@@ -329,7 +335,7 @@ def format_status(statuses: Sequence[GroupStatus]) -> str:
         where = f"[consumers.{s.name}] " if s.name else ""
         online = sum(1 for c in s.clients if c.state == "RUNNING")
         lines = [
-            f"{where}group {s.group}: {online} of {len(s.clients)} consumer(s) answering, "
+            f"{where}group {s.group}: {_answering(online, len(s.clients))}, "
             f"{len(s.queues)} queue(s), lag {s.lag}"
         ]
         if s.clients:
