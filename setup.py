@@ -1,0 +1,18 @@
+"""The optional compiled record decoder; everything else is in pyproject.toml.
+
+``optional=True``: where no C compiler (or no Python headers) is found, the build
+warns and the wheel holds the pure-Python decoder alone, which is also what
+``RMQK_NO_EXTENSIONS=1`` selects at run time.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "rmqk.plugins.remoting._speedups",
+            sources=["plugins/remoting/_speedups.c"],
+            optional=True,
+        )
+    ]
+)
