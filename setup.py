@@ -1,4 +1,4 @@
-"""The optional compiled record decoder; everything else is in pyproject.toml.
+"""The optional compiled record decoder and process-queue loops; everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler (or no Python headers) is found, the build
 warns and the wheel holds the pure-Python decoder alone, which is also what
@@ -13,6 +13,11 @@ setup(
             "rmqk.plugins.remoting._speedups",
             sources=["plugins/remoting/_speedups.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "rmqk.engine._pq_speedups",
+            sources=["kernel/engine/_pq_speedups.c"],
+            optional=True,
+        ),
     ]
 )

@@ -1,7 +1,7 @@
-"""The compiled record decoder against the pure-Python one, on the same bytes.
+"""The compiled record decoder and process-queue loops against the pure-Python code.
 
-The extension is optional (setup.py builds it with ``optional=True``): these
-tests compare the two when it was built and are skipped when it was not. The
+The extensions are optional (setup.py builds them with ``optional=True``): these
+tests compare compiled and Python code when built and are skipped when not. The
 other codec tests run on whichever decoder is active; tox runs them a second
 time with ``RMQK_NO_EXTENSIONS=1``.
 """
@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rmqk.engine import process_queue
 from rmqk.message import MessageExt
 from rmqk.plugins.remoting import message_codec
 from rmqk.plugins.remoting.message_codec import (
@@ -159,3 +160,62 @@ def test_rmqk_no_extensions_selects_the_python_decoder() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+needs_pq_extension = pytest.mark.skipif(
+    process_queue._SPEEDUPS is None, reason="the compiled process-queue loops are not built"
+)
+
+
+def _message(offset: int, size: int) -> MessageExt:
+    return MessageExt(topic="T", body=bytes(size), queue_offset=offset)
+
+
+def _state(pq: process_queue.ProcessQueue) -> tuple[object, ...]:
+    return (
+        {k: v.queue_offset for k, v in pq._msgs.items()},
+        list(pq._order),
+        pq.msg_count,
+        pq.msg_size,
+        pq.queue_offset_max,
+        pq.consuming,
+        dict(pq.consume_started),
+        pq.first_offset(),
+    )
+
+
+@needs_pq_extension
+@FUZZ
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.lists(st.tuples(st.integers(0, 40), st.integers(0, 9)), max_size=8),
+            st.booleans(),
+        ),
+        max_size=12,
+    )
+)
+def test_process_queue_loops_match_the_python_ones(
+    steps: list[tuple[bool, list[tuple[int, int]], bool]],
+) -> None:
+    compiled, pure = process_queue.ProcessQueue(), process_queue.ProcessQueue()
+    loops = process_queue._SPEEDUPS
+    try:
+        for put, batch, as_tuple in steps:
+            for pq, speedups in ((compiled, loops), (pure, None)):
+                process_queue._SPEEDUPS = speedups
+                msgs = [_message(o, s) for o, s in batch]
+                for m in msgs[::2]:
+                    pq.consume_started[m.queue_offset] = 1
+                if put:
+                    result: object = pq.put_messages(tuple(msgs) if as_tuple else msgs)
+                else:
+                    result = pq.remove_messages(iter(msgs) if as_tuple else msgs)
+                if pq is compiled:
+                    expected = result
+                else:
+                    assert result == expected
+            assert _state(compiled) == _state(pure)
+    finally:
+        process_queue._SPEEDUPS = loops
