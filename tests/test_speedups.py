@@ -8,6 +8,7 @@ time with ``RMQK_NO_EXTENSIONS=1``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -151,6 +152,19 @@ def test_a_subclass_or_another_type_is_refused_by_configure() -> None:
         _speedups.configure(MessageExt, descriptors, {}, str, bytes)
     with pytest.raises(ValueError):
         _speedups.configure(MessageExt, descriptors[:3], {}, str, bytes)
+
+
+@pytest.mark.skipif(
+    os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"), reason="disabled on purpose"
+)
+def test_a_built_extension_is_used() -> None:
+    """A drift between MessageExt's slots and the C decoder's must not go unnoticed."""
+    for module, used in (
+        ("rmqk.plugins.remoting._speedups", message_codec.SPEEDUPS),
+        ("rmqk.engine._pq_speedups", process_queue._SPEEDUPS is not None),
+    ):
+        if importlib.util.find_spec(module) is not None:
+            assert used, module
 
 
 def test_rmqk_no_extensions_selects_the_python_decoder() -> None:
