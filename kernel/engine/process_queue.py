@@ -13,9 +13,10 @@ dict (insertion-ordered) plus a deque of offsets gives Java's TreeMap operations
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from itertools import repeat
 from operator import attrgetter, is_not
@@ -44,6 +45,32 @@ _NOT_NONE = partial(is_not, None)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+_PutAscending = Callable[
+    [dict[int, MessageExt], deque[int], list[MessageExt], int], tuple[int, int] | None
+]
+_RemoveAcked = Callable[
+    [dict[int, MessageExt], dict[int, int], Iterable[MessageExt]], tuple[int, int]
+]
+
+
+def _load_speedups() -> tuple[_PutAscending, _RemoveAcked] | None:
+    """The compiled put and remove loops (_pq_speedups.c), unless absent or disabled.
+
+    Optional as the record decoder's: ``RMQK_NO_EXTENSIONS=1`` or a build without
+    a compiler leaves the pure-Python loops below.
+    """
+    if os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from rmqk.engine import _pq_speedups
+    except ImportError:
+        return None
+    return _pq_speedups.put_ascending, _pq_speedups.remove_acked
+
+
+_SPEEDUPS = _load_speedups()
 
 
 class ProcessQueue:
@@ -101,7 +128,22 @@ class ProcessQueue:
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> bool:
         """Add a pulled batch; returns dispatchToConsume (the orderly drainer edge)."""
-        if msgs:
+        if msgs and _SPEEDUPS is not None and type(msgs) is list:
+            held = max(
+                self._order[-1] if self._order else -1,
+                self.queue_offset_max if self._msgs or self._consuming_map else -1,
+                max(self._consuming_map, default=-1),
+            )
+            put = _SPEEDUPS[0](self._msgs, self._order, msgs, held)
+            if put is not None:
+                self.queue_offset_max, size = put
+                self.msg_count += len(msgs)
+                self.msg_size += size
+                if not self.consuming:
+                    self.consuming = True
+                    return True
+                return False
+        elif msgs:
             offs = list(map(_OFFSET, msgs))
             # The usual batch: increasing offsets past everything held. The maps and
             # sums then run in C, without a membership test per message.
@@ -221,14 +263,17 @@ class ProcessQueue:
         if not self._msgs:
             return -1
         result = self.queue_offset_max + 1
-        offs = list(map(_OFFSET, msgs))
-        # C-level loops: a pop per offset from each map.
-        deque(map(self.consume_started.pop, offs, repeat(None)), maxlen=0)
-        # Misses dropped by identity in C (list.count(None) would call
-        # MessageExt.__eq__ once per message).
-        popped = list(filter(_NOT_NONE, map(self._msgs.pop, offs, repeat(None))))
-        removed = len(popped)
-        size = sum(map(len, map(_BODY, popped)))
+        if _SPEEDUPS is not None:
+            removed, size = _SPEEDUPS[1](self._msgs, self.consume_started, msgs)
+        else:
+            offs = list(map(_OFFSET, msgs))
+            # C-level loops: a pop per offset from each map.
+            deque(map(self.consume_started.pop, offs, repeat(None)), maxlen=0)
+            # Misses dropped by identity in C (list.count(None) would call
+            # MessageExt.__eq__ once per message).
+            popped = list(filter(_NOT_NONE, map(self._msgs.pop, offs, repeat(None))))
+            removed = len(popped)
+            size = sum(map(len, map(_BODY, popped)))
         self.msg_count -= removed
         self.msg_size -= size
         if self.msg_count <= 0:

@@ -33,9 +33,10 @@ hosts are formatted once per distinct address, and properties stay raw text that
 from __future__ import annotations
 
 import enum
+import os
 import struct
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from rmqk.errors import FrameError
@@ -178,7 +179,83 @@ def _record_error(index: int, offset: int, message: str) -> RecordError:
     return RecordError(index, offset, message)
 
 
+# The MessageExt slots in the order the compiled decoder fills them (_speedups.c).
+_SLOT_ORDER = (
+    "store_size",
+    "body_crc",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "commit_log_offset",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "body",
+    "topic",
+    "broker_name",
+    "_props_raw",
+    "_props",
+    "_queue_bounds",
+)
+
+_CompiledDecode = Callable[[bytes, int, int, str, bool, int, list[MessageExt]], int]
+
+
+def _load_speedups() -> _CompiledDecode | None:
+    """The compiled decoder when it was built and RMQK_NO_EXTENSIONS is unset, else None.
+
+    Like aiokafka's record codecs it is optional: a wheel built where no compiler
+    was found, or a run with ``RMQK_NO_EXTENSIONS=1``, decodes in Python alone.
+    """
+    if os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from rmqk.plugins.remoting import _speedups
+    except ImportError:
+        return None
+    # A slot the C code does not know would stay unset on the messages it builds;
+    # tests/test_speedups.py fails when this makes a built extension unused.
+    if set(_SLOT_ORDER) != set(MessageExt.__slots__):
+        return None
+    descriptors = tuple(MessageExt.__dict__[name] for name in _SLOT_ORDER)
+    _speedups.configure(MessageExt, descriptors, HOST_TEXTS, host_text, inflate)
+    return _speedups.decode_records
+
+
+_compiled_decode = _load_speedups()
+SPEEDUPS = _compiled_decode is not None
+
+
 def _decode_records(
+    buf: bytes,
+    off: int,
+    end: int,
+    broker_name: str,
+    decompress: bool,
+    origin: int = 0,
+    max_body: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
+    out: list[MessageExt] | None = None,
+) -> list[MessageExt]:
+    """Decode the records in ``buf[off:end]``: compiled while it can, then in Python.
+
+    The compiled decoder stops at the first record that is not plainly
+    well-formed; the Python decoder goes on from there and reports it, so a
+    malformed record fails the same way with or without the extension.
+    """
+    if out is None:
+        out = []
+    if _compiled_decode is not None:
+        off = _compiled_decode(buf, off, end, broker_name, decompress, max_body, out)
+        if off >= end:
+            return out
+    return _decode_records_py(buf, off, end, broker_name, decompress, origin, max_body, out)
+
+
+def _decode_records_py(
     buf: bytes,
     off: int,
     end: int,

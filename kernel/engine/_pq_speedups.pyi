@@ -1,0 +1,11 @@
+from collections import deque
+from collections.abc import Iterable
+
+from rmqk.message import MessageExt
+
+def put_ascending(
+    msgs: dict[int, MessageExt], order: deque[int], batch: list[MessageExt], held: int
+) -> tuple[int, int] | None: ...
+def remove_acked(
+    msgs: dict[int, MessageExt], started: dict[int, int], batch: Iterable[MessageExt]
+) -> tuple[int, int]: ...

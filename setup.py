@@ -1,0 +1,23 @@
+"""The optional compiled record decoder and process-queue loops; everything else is in pyproject.toml.
+
+``optional=True``: where no C compiler (or no Python headers) is found, the build
+warns and the wheel holds the pure-Python decoder alone, which is also what
+``RMQK_NO_EXTENSIONS=1`` selects at run time.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "rmqk.plugins.remoting._speedups",
+            sources=["plugins/remoting/_speedups.c"],
+            optional=True,
+        ),
+        Extension(
+            "rmqk.engine._pq_speedups",
+            sources=["kernel/engine/_pq_speedups.c"],
+            optional=True,
+        ),
+    ]
+)
