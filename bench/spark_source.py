@@ -5,12 +5,18 @@ offsets with ``trigger(availableNow=True)`` and writes Parquet, and the figure
 is N over the query's wall time. A first query over a small topic warms the
 session (JVM start, Python workers) and is not counted. The rows written are
 counted afterwards.
+
+``--master`` picks the Spark master: ``local[N]``, any ``spark://HOST:PORT``, or
+``standalone-2``, a standalone cluster of a master and two one-core workers that
+the run starts on loopback from the pyspark package (bench/spark_standalone.py)
+and stops at the end; the broker is on loopback too, so the executors reach it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import tempfile
 import time
@@ -20,6 +26,7 @@ from typing import Any
 from bench.cluster import Cluster
 from bench.harness import Result, topic_arguments
 from bench.load import fill_topic, unique
+from bench.spark_standalone import StandaloneCluster
 from bench.sparkbench import Pending, key_values, require_pyspark
 
 NAME = "spark-source"
@@ -29,6 +36,10 @@ HELP = "rows/s from the rocketmq Structured Streaming source into Parquet"
 NAMESRV_OPTION = "namesrv"
 TOPIC_OPTION = "topics"
 STARTING_OPTION = "startingOffsets"
+
+STANDALONE = "standalone-2"
+# Executors of the two 1 GiB workers of STANDALONE (Spark's default, 1g, would fill them).
+STANDALONE_CONF = {"spark.executor.memory": "512m"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,17 +54,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra source option, e.g. maxMessagesPerTrigger=100000 (repeatable)",
     )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help=f"Spark master: local[N], spark://HOST:PORT, or {STANDALONE} (a master and two "
+        "one-core workers started for the run on loopback); default local[2]",
+    )
     parser.add_argument("--out", default=None, help="output directory (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=900.0)
 
 
-def _session() -> Any:
+def _session(master: str, conf: dict[str, str]) -> Any:
     require_pyspark()
     try:
         from rmqk.plugins.spark.session import get_session
     except ImportError as exc:
         raise Pending(f"rmqk.plugins.spark has no session helper yet ({exc})") from exc
-    return get_session()
+    return get_session(master=master, conf=conf)
+
+
+def _stop_session() -> None:
+    from rmqk.plugins.spark.session import stop_session
+
+    stop_session()
+
+
+def executor_count(spark: Any) -> int:
+    """Executors registered with the driver (a local master's driver is its one executor)."""
+    infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
+    return max(1, len(infos) - 1)
+
+
+def wait_for_executors(spark: Any, count: int, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while executor_count(spark) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {count} executors after {timeout:.0f} s")
+        time.sleep(0.5)
 
 
 def stream_once(
@@ -83,8 +120,22 @@ def stream_once(
 
 
 async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
+    require_pyspark()
+    with contextlib.ExitStack() as stack:
+        master, conf = args.master, {}
+        if master == STANDALONE:
+            standalone = await asyncio.to_thread(StandaloneCluster(workers=2).start)
+            stack.callback(standalone.stop)
+            master, conf = standalone.url, dict(STANDALONE_CONF)
+        spark = await asyncio.to_thread(_session, master, conf)
+        stack.callback(_stop_session)
+        if args.master == STANDALONE:
+            await asyncio.to_thread(wait_for_executors, spark, 2)
+        return await _measure(cluster, args, spark)
+
+
+async def _measure(cluster: Cluster, args: argparse.Namespace, spark: Any) -> Result:
     ns = cluster.namesrv_addr
-    spark = await asyncio.to_thread(_session)
     topic = unique("bench_source")
     warm_topic = unique("bench_source_warm")
     await cluster.create_topic(topic, args.queues)
@@ -112,11 +163,17 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
         if own_out:
             shutil.rmtree(out, ignore_errors=True)
     rate = args.messages / elapsed
+    executors = executor_count(spark)
+    cores = int(spark.sparkContext.defaultParallelism)
     return Result(
         NAME,
-        f"{rate:,.0f} rows/s from format('rocketmq') into Parquet ({rows:,} rows in "
-        f"{elapsed:.1f} s; warm-up {warm_s:.1f} s)",
+        f"{rate:,.0f} rows/s from format('rocketmq') into Parquet on {args.master} "
+        f"({executors} executor(s), {cores} core(s); {rows:,} rows in {elapsed:.1f} s; "
+        f"warm-up {warm_s:.1f} s)",
         parameters={
+            "master": args.master,
+            "executors": executors,
+            "cores": cores,
             "messages": args.messages,
             "size": args.size,
             "queues": args.queues,

@@ -85,7 +85,9 @@ def get_session(
         explicit["spark.app.name"] = app_name
     wanted = dict(DEFAULT_CONF)
     wanted.update(explicit)
-    wanted.setdefault("spark.master", "local[2]")
+    if "spark.master" not in wanted:
+        # Under spark-submit the master is the one it was given, not our default.
+        wanted["spark.master"] = _submitted_master() or "local[2]"
     wanted.setdefault("spark.app.name", "rmqk")
     with _lock:
         active = SparkSession.getActiveSession()
@@ -126,6 +128,17 @@ def stop_session() -> None:
         _settings.clear()
     if session is not None:
         session.stop()
+
+
+def _submitted_master() -> str | None:
+    """The master spark-submit (or the pyspark shell) started this process with, if any."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    master: str | None = SparkConf().get("spark.master", None)
+    return master
 
 
 def _private_scratch(wanted: dict[str, str]) -> None:
