@@ -93,7 +93,7 @@ def test_a_process_started_inside_the_redirect_writes_to_the_log(tmp_path: Path)
         "from rmqk.plugins.spark.demo_console import jvm_output_to\n"
         f"with jvm_output_to({str(log)!r}):\n"
         "    child = subprocess.Popen([sys.executable, '-c',\n"
-        '        \'import sys, time; time.sleep(0.3); print("jvm out"); '
+        '        \'import sys, time; time.sleep(0.3); print("jvm out", flush=True); '
         'print("jvm err", file=sys.stderr)\'])\n'
         "print('demo line')\n"
         "child.wait()\n"

@@ -35,6 +35,8 @@ PRINTING_MODULES = {
     "plugins/broker/cli.py",
     "plugins/spark/demo.py",
     "plugins/status/__init__.py",
+    "plugins/trace/admin.py",  # rmqk admin trace
+    "kernel/supervisor.py",  # rmqk run --processes: the group's summary line and tally
 }
 
 
