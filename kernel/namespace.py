@@ -17,7 +17,7 @@ everything inside the client, and everything on the wire, uses wrapped names.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -37,6 +37,7 @@ __all__ = [
     "namespace_from_endpoint",
     "namespace_of",
     "resolve_namespace",
+    "send_in",
     "unwrap",
     "unwrap_queue",
     "unwrapping_rebalance_listener",
@@ -277,3 +278,24 @@ def user_send_result(namespace: str | None, result: SendResult) -> SendResult:
     if not namespace:
         return result
     return attrs.evolve(result, queue=unwrap_queue(namespace, result.queue))
+
+
+async def send_in(
+    namespace: str | None,
+    send: Callable[..., Awaitable[SendResult]],
+    msg: Message,
+    queue: MessageQueue | None,
+    selector: Selector | None,
+    arg: Any,
+    timeout_ms: int | None,
+) -> SendResult:
+    """Run a producer's ``send`` with wire (namespaced) names; the caller gets its own back."""
+    queue, selector = wire_target(namespace, queue, selector)
+    result = await send(
+        wire_message(namespace, msg),
+        queue=queue,
+        selector=selector,
+        arg=arg,
+        timeout_ms=timeout_ms,
+    )
+    return user_send_result(namespace, result)

@@ -309,12 +309,7 @@ class AsyncProducer:
     ) -> SendResult:
         """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
         ns = self.namespace
-        queue, selector = nsutil.wire_target(ns, queue, selector)
-        wire = nsutil.wire_message(ns, msg)
-        result = await self._send_sync(
-            wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
-        )
-        return nsutil.user_send_result(ns, result)
+        return await nsutil.send_in(ns, self._send_sync, msg, queue, selector, arg, timeout_ms)
 
     async def _send_sync(
         self,
@@ -357,12 +352,8 @@ class AsyncProducer:
         Await it, or wrap it in a task for a send that completes in the background.
         """
         ns = self.namespace
-        queue, selector = nsutil.wire_target(ns, queue, selector)
-        wire = nsutil.wire_message(ns, msg)
-        result = await self._send_async(
-            wire, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
-        )
-        return nsutil.user_send_result(ns, result)
+        return await nsutil.send_in(ns, self._send_async, msg, queue, selector, arg, timeout_ms)
+
 
     async def _send_async(
         self,
