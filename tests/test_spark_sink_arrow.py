@@ -99,6 +99,39 @@ def test_writer_option_defaults_to_arrow_for_parquet_files_only() -> None:
         parse_sink_options({"path": "o", "writer": "pandas"})
 
 
+def test_a_line_break_in_any_body_sends_the_flush_to_spark() -> None:
+    # pyarrow reads one body per line: a body with a line break of its own (here JSON
+    # whitespace pyarrow would skip, before or after the object) goes to Spark's from_json.
+    import random
+
+    from rmqk.plugins.spark.arrow_writer import decode_json_bodies, flat_json_schema
+    from rmqk.plugins.spark.columns import messages_to_arrow
+
+    schema = flat_json_schema(BODY_SCHEMA)
+    assert schema is not None
+    rng = random.Random(18)
+    for _ in range(200):
+        bodies = [
+            f'{{"order_id": "O-{i}", "amount": {i / 4}, "items": {i % 7}}}'.encode()
+            for i in range(rng.randrange(1, 40))
+        ]
+        broken = rng.random() < 0.5
+        if broken:
+            at = rng.randrange(len(bodies))
+            brk = rng.choice([b"\n", b"\r", b"\r\n", b"\n\n"])
+            bodies[at] = rng.choice([brk + bodies[at], bodies[at] + brk])
+        msgs = [
+            MessageExt(topic="Orders", body=b, queue_offset=i, store_host="127.0.0.1:10911")
+            for i, b in enumerate(bodies)
+        ]
+        decoded = decode_json_bodies(messages_to_arrow([(None, msgs)]), schema)
+        if broken:
+            assert decoded is None, bodies
+        else:
+            assert decoded is not None
+            assert decoded.column("order_id").to_pylist() == [f"O-{i}" for i in range(len(bodies))]
+
+
 def test_partition_values_are_escaped_as_spark_escapes_them() -> None:
     from rmqk.plugins.spark.arrow_writer import escape_partition_value
 

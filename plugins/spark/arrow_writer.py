@@ -144,13 +144,13 @@ def decode_json_bodies(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table | N
     bodies = batch.column("body")
     if bodies.null_count or len(bodies) == 0:
         return None
-    if (
-        pc.any(pc.match_substring(bodies, "\n")).as_py()
-        or pc.any(pc.match_substring(bodies, "\r")).as_py()
-    ):
-        return None
     lines = pa.ListArray.from_arrays(pa.array([0, len(bodies)], pa.int32()), bodies)
     joined = pc.binary_join(lines, b"\n")[0].as_buffer()
+    # A line break inside a body: the join adds exactly len - 1 of them. One scan of
+    # the joined bytes (memchr speed) instead of a substring search per body.
+    text = joined.to_pybytes()
+    if text.count(b"\n") != len(bodies) - 1 or b"\r" in text:
+        return None
     try:
         parsed = pj.read_json(
             pa.BufferReader(joined),
