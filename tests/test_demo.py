@@ -102,3 +102,7 @@ def test_demo_runs_and_checks_every_message(tmp_path: Path) -> None:
     # Spark's and the JVM's own output goes to spark.log, not to the person reading.
     assert "log4j" not in result.stderr and "NativeCodeLoader" not in result.stderr
     assert "starting Spark in the background; its output goes to" in report
+    # Spark's start does not share the CPU with the consumer whose rate is reported.
+    lines = report.splitlines()
+    consumed = next(i for i, row in enumerate(lines) if row.startswith("consumed and wrote"))
+    assert all(i < consumed for i, row in enumerate(lines) if row.startswith("Spark ready"))

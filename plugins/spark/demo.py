@@ -402,7 +402,7 @@ async def run_demo(
             f"embedded broker: name server {broker.namesrv_addr}, broker {broker.broker_addr}"
         )
         where = f"; its output goes to {jvm_log}" if jvm_log else ""
-        console.say(f"starting Spark in the background (to read the output back){where}")
+        console.say(f"starting Spark in the background{where} (it reads the output back)")
         produced = await produce_orders(
             broker.namesrv_addr, messages, topic=topic, progress=console.progress("producing")
         )
