@@ -6,7 +6,11 @@ consumer, with ``rmqk run --processes N``) runs as N worker processes
 allocation strategy spreads the group's queues over them as over any N
 members. The supervisor holds no consumer and no connection; it
 
-* starts every worker in a fresh interpreter (multiprocessing ``spawn``),
+* starts every worker in a fresh interpreter (multiprocessing ``spawn``) and lets
+  the first ones start their consumers together, once all have reported ready
+  (or ``start_together_timeout`` after the launch), so the group's queues are
+  dealt out once rather than taken by the quickest worker and handed over as the
+  others come up; a restarted worker starts at once,
 * restarts a worker that dies, after 1, 2, 4, ... seconds (capped); a worker that
   keeps dying within ``stable_after`` seconds of its start is given up on after
   ``give_up_after`` tries, and then everything stops and the run exits 1 with
@@ -34,7 +38,14 @@ from typing import IO, Any
 import attrs
 
 from rmqk.worker import WorkerJob, worker_main
-from rmqk.workers import WorkerFailed, WorkerFigures, WorkerIdentity, WorkerLog, WorkerStarted
+from rmqk.workers import (
+    WorkerFailed,
+    WorkerFigures,
+    WorkerIdentity,
+    WorkerLog,
+    WorkerReady,
+    WorkerStarted,
+)
 
 __all__ = ["Supervisor", "SupervisorSettings", "worker_identities"]
 
@@ -50,6 +61,8 @@ class SupervisorSettings:
     give_up_after: int = 5
     stop_timeout: float = 60.0
     report_interval: float = 1.0
+    # The longest the first workers wait for their slowest sibling before starting.
+    start_together_timeout: float = 30.0
 
 
 def worker_identities(counts: Sequence[tuple[str, int]]) -> list[WorkerIdentity]:
@@ -70,6 +83,8 @@ class _Slot:
         self.conn: Connection | None = None
         self.launched = 0.0
         self.started = False
+        self.ready = False
+        self.go_sent = False
         self.failures = 0
         self.next_start = 0.0
         self.banked = WorkerFigures(lag=0)
@@ -108,6 +123,9 @@ class Supervisor:
         self._stop_requested = False
         self._failure: str | None = None
         self._last_rates: dict[str, tuple[float, int, int]] = {}
+        # Until this is set, launched workers wait for the word to start their consumers.
+        self._released = False
+        self._first_launch: float | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -137,6 +155,7 @@ class Supervisor:
             for slot in self.slots:
                 if slot.process is not None and not slot.alive:
                     self._exited(slot)
+            self._release()
             if self._failure is not None:
                 break
             if self.summary is not None and time.monotonic() >= next_draw:
@@ -159,7 +178,8 @@ class Supervisor:
         return 0
 
     def _launch(self, slot: _Slot) -> None:
-        receive, send = self._context.Pipe(duplex=False)
+        # Duplex: the worker reports on it and waits on it for the word to start.
+        receive, send = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=worker_main,
             args=(slot.job, send),
@@ -171,8 +191,39 @@ class Supervisor:
         send.close()
         slot.process, slot.conn = process, receive
         slot.launched = time.monotonic()
-        slot.started = False
+        slot.started = slot.ready = slot.go_sent = False
+        if self._first_launch is None:
+            self._first_launch = slot.launched
         log.info("worker %s started (pid %s)", slot.label, process.pid)
+        if self._released:
+            self._go(slot)
+
+    def _release(self) -> None:
+        """Once every first worker is ready (or gone, or too slow), tell them all to start."""
+        if not self._released:
+            waited = time.monotonic() - (self._first_launch or time.monotonic())
+            pending = [s for s in self.slots if s.alive and not s.ready]
+            if pending and waited < self.settings.start_together_timeout:
+                return
+            if pending:
+                log.warning(
+                    "%s not ready %g s after launch; starting the others",
+                    ", ".join(f"worker {s.label}" for s in pending),
+                    self.settings.start_together_timeout,
+                )
+            self._released = True
+        for slot in self.slots:
+            if slot.alive and not slot.go_sent:
+                self._go(slot)
+
+    def _go(self, slot: _Slot) -> None:
+        slot.go_sent = True
+        try:
+            if slot.conn is not None:
+                slot.conn.send_bytes(b"go")
+        except OSError:
+            # The worker is gone; its exit is handled like any other.
+            pass
 
     def _exited(self, slot: _Slot) -> None:
         """A worker exited on its own: bank its counts and schedule a restart, or give up."""
@@ -261,6 +312,8 @@ class Supervisor:
             stream = self.log_stream if self.log_stream is not None else sys.stderr
             stream.write(message.text)
             stream.flush()
+        elif isinstance(message, WorkerReady):
+            slot.ready = True
         elif isinstance(message, WorkerStarted):
             slot.started = True
             slot.last_error = None

@@ -7,6 +7,13 @@ runs it in a single process, so SIGINT/SIGTERM stop it the same way: sink
 flushed, batches acknowledged, offsets committed. Its log records and its
 counters go to the supervisor over the pipe; when the pipe breaks (the
 supervisor is gone) the worker stops itself rather than run unsupervised.
+
+Before its consumer starts, the worker reports :class:`WorkerReady` (interpreter
+up, modules imported, configuration checked) and waits for the supervisor's word
+on the same pipe: the first workers of a run start consuming together, so no
+worker takes every queue while its siblings are still importing, only to hand
+most of them over a moment later (re-pulling, and delivering twice what was in
+flight, as any rebalance does).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from rmqk.workers import (
     WorkerFigures,
     WorkerIdentity,
     WorkerLog,
+    WorkerReady,
     WorkerStarted,
     set_current_worker,
 )
@@ -129,11 +137,16 @@ def worker_main(job: WorkerJob, conn: Connection) -> None:
 
 async def _run(job: WorkerJob, pipe: _Pipe) -> None:
     from rmqk.config import load_config
+    from rmqk.preflight import preflight
     from rmqk.runtime import install_stop_signals, run_config
 
     stop = asyncio.Event()
     install_stop_signals(stop)
     config = worker_config(load_config(job.config_path), job.identity)
+    # Imports the plugins (the sink's module too) while the siblings start, not after.
+    preflight(config)
+    if not await _wait_for_go(pipe, stop):
+        return
     running: list[Any] = []
     reporter: list[asyncio.Task[None]] = []
 
@@ -152,6 +165,29 @@ async def _run(job: WorkerJob, pipe: _Pipe) -> None:
     if running:
         figures = attrs.evolve(_figures(running[0], None), final=True, queues=0, cached=0)
         pipe.send(figures)
+
+
+async def _wait_for_go(pipe: _Pipe, stop: asyncio.Event) -> bool:
+    """Report ready, then wait for the supervisor's go; False when stopped first.
+
+    The go is anything readable on the pipe: a message, or the end of the pipe when
+    the supervisor is gone (the first figures sent then notice it and stop the worker).
+    """
+    if not pipe.send(WorkerReady(os.getpid())):
+        return False
+    loop = asyncio.get_running_loop()
+    go = asyncio.Event()
+    fd = pipe.conn.fileno()
+    loop.add_reader(fd, go.set)
+    try:
+        stopped = asyncio.ensure_future(stop.wait())
+        ready = asyncio.ensure_future(go.wait())
+        await asyncio.wait((stopped, ready), return_when=asyncio.FIRST_COMPLETED)
+        for task in (stopped, ready):
+            task.cancel()
+    finally:
+        loop.remove_reader(fd)
+    return not stop.is_set()
 
 
 def _figures(composed: Any, max_offsets: Any) -> WorkerFigures:

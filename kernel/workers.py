@@ -20,6 +20,7 @@ __all__ = [
     "WorkerFigures",
     "WorkerIdentity",
     "WorkerLog",
+    "WorkerReady",
     "WorkerStarted",
     "current_worker",
     "set_current_worker",
@@ -107,6 +108,17 @@ class WorkerFigures:
             flow_control_events=self.flow_control_events,
             lag=0,
         )
+
+
+@attrs.frozen
+class WorkerReady:
+    """The worker has its interpreter, imports and configuration, and waits to start.
+
+    The supervisor starts the first workers' consumers together (see
+    :mod:`rmqk.supervisor`), so none consumes while a sibling is still starting.
+    """
+
+    pid: int
 
 
 @attrs.frozen

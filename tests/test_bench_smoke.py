@@ -58,7 +58,17 @@ EXPECTED_FIGURES: dict[str, list[str]] = {
     "memory": ["peak_rss_mb", "baseline_rss_mb", "consumed"],
     "rebalance": ["join_median_s", "leave_median_s", "join_s", "leave_s"],
     "broker": ["send_batch_msgs_per_s", "send_single_msgs_per_s", "pull_msgs_per_s"],
-    "processes": ["w1_msgs_per_s", "w1_cpu_us_per_msg", "w2_msgs_per_s", "w2_cpu_us_per_msg"],
+    "processes": [
+        "w1_msgs_per_s",
+        "w1_cpu_us_per_msg",
+        "w2_msgs_per_s",
+        "w2_cpu_us_per_msg",
+        "cores",
+        # One worker on the two-worker run's share of the queues (2 of 4).
+        "w2_share_cpu_us_per_msg",
+        "w2_vs_share",
+        "w2_share_vs_w1",
+    ],
     "spark-sink": ["sink_rows_per_s", "consume_msgs_per_s", "rows_on_disk"],
     "spark-source": ["source_rows_per_s", "rows_on_disk"],
 }
@@ -119,6 +129,17 @@ def test_scenario_runs(scenario: str, args: list[str], tmp_path: Path) -> None:
         assert record["figures"]["messages_per_pass"] == 2000
     if scenario == "rebalance":
         assert len(record["figures"]["join_s"]) == 1
+    if scenario == "processes":
+        figures = record["figures"]
+        for n in (1, 2):
+            # User and system CPU are the split of the CPU per message, not extra time.
+            parts = figures[f"w{n}_user_us_per_msg"] + figures[f"w{n}_sys_us_per_msg"]
+            assert parts == pytest.approx(figures[f"w{n}_cpu_us_per_msg"], abs=0.01)
+            assert figures[f"w{n}_duplicates"] >= 0
+        assert figures["w2_vs_share"] == pytest.approx(
+            figures["w2_cpu_us_per_msg"] / figures["w2_share_cpu_us_per_msg"], rel=0.01
+        )
+        assert "1 worker on 2 queues" in record["summary"]
     if scenario == "memory":
         assert isinstance(record["figures"]["rss_growth_mb"], int | float)
         assert record["figures"]["peak_rss_mb"] >= record["figures"]["baseline_rss_mb"]

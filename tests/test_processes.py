@@ -7,12 +7,17 @@ stops them all with everything committed.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import multiprocessing
+import os
 import signal
 import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +25,8 @@ import pytest
 from cli_support import module_broker, produce, rmqk, start_rmqk
 
 from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
-from rmqk.worker import WorkerJob
-from rmqk.workers import WorkerIdentity, set_current_worker, worker_path
+from rmqk.worker import WorkerJob, _Pipe, _wait_for_go
+from rmqk.workers import WorkerIdentity, WorkerReady, set_current_worker, worker_path
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -246,3 +251,94 @@ def test_worker_identities_and_paths() -> None:
         assert worker_path("out/x.jsonl") == "out/x.w1.jsonl"
     finally:
         set_current_worker(None)
+
+
+class _FakeProcess:
+    """Stands in for a spawned worker: alive until ``exitcode`` is set."""
+
+    def __init__(self, target: Any, args: Any, name: str, daemon: bool) -> None:
+        self.pid = 1000 + len(_FakeContext.started)
+        self.exitcode: int | None = None
+        self.sentinel = -1
+
+    def start(self) -> None:
+        _FakeContext.started.append(self)
+
+
+class _FakeContext:
+    """Real pipes, fake processes: the supervisor's side of the start-together handshake."""
+
+    started: list[_FakeProcess] = []
+    worker_ends: list[Any] = []
+
+    def Pipe(self, duplex: bool) -> tuple[Any, Any]:
+        ours, theirs = multiprocessing.Pipe(duplex=duplex)
+        self.worker_ends.append(theirs)
+        # The supervisor closes the end it hands to the child; the fake child keeps a copy.
+        return ours, Connection(os.dup(theirs.fileno()))
+
+    Process = _FakeProcess
+
+
+def _supervisor(count: int, timeout: float = 30.0) -> tuple[Supervisor, list[Any]]:
+    _FakeContext.started, _FakeContext.worker_ends = [], []
+    jobs = [WorkerJob("c.toml", identity) for identity in worker_identities([("x", count)])]
+    supervisor = Supervisor(jobs, SupervisorSettings(start_together_timeout=timeout))
+    supervisor._context = _FakeContext()
+    for slot in supervisor.slots:
+        supervisor._launch(slot)
+    return supervisor, _FakeContext.worker_ends
+
+
+def _told_to_go(end: Any) -> bool:
+    return bool(end.poll(0.2)) and end.recv_bytes() == b"go"
+
+
+def test_the_first_workers_start_together_and_a_restarted_one_at_once() -> None:
+    supervisor, ends = _supervisor(3)
+    a, b, c = supervisor.slots
+    supervisor._receive(a, WorkerReady(1))
+    supervisor._receive(b, WorkerReady(2))
+    supervisor._release()
+    # One sibling is still starting: nobody consumes yet.
+    assert not any(end.poll(0.1) for end in ends)
+    c.process.exitcode = 1  # it died before it was ready: the others need not wait for it
+    supervisor._release()
+    assert _told_to_go(ends[0]) and _told_to_go(ends[1])
+    assert not ends[2].poll(0.1)
+    # Its replacement joins a group that is already running: it starts at once.
+    supervisor._exited(c)
+    supervisor._launch(c)
+    assert _told_to_go(ends[3])
+    supervisor._release()
+    assert not any(ends[i].poll(0.1) for i in (0, 1, 3))  # each told once
+
+
+def test_workers_do_not_wait_past_the_timeout_for_a_slow_sibling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    supervisor, ends = _supervisor(2, timeout=0.0)
+    supervisor._receive(supervisor.slots[0], WorkerReady(1))
+    with caplog.at_level(logging.WARNING, logger="rmqk.supervisor"):
+        supervisor._release()
+    assert _told_to_go(ends[0]) and _told_to_go(ends[1])
+    assert "worker x#1 not ready 0 s after launch; starting the others" in caplog.text
+
+
+def test_a_worker_reports_ready_then_waits_for_the_go_or_a_stop() -> None:
+    async def wait(go: bool) -> tuple[bool, object]:
+        ours, supervisor_end = multiprocessing.Pipe(duplex=True)
+        stop = asyncio.Event()
+        waiting = asyncio.ensure_future(_wait_for_go(_Pipe(ours), stop))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        if go:
+            supervisor_end.send_bytes(b"go")
+        else:
+            stop.set()
+        return await asyncio.wait_for(waiting, 10), supervisor_end.recv()
+
+    started, message = asyncio.run(wait(go=True))
+    assert started and isinstance(message, WorkerReady)
+    started, message = asyncio.run(wait(go=False))
+    assert not started and isinstance(message, WorkerReady)
