@@ -23,7 +23,8 @@ setup(
         ),
         Extension(
             "rmqk.plugins.spark._columns",
-            sources=["plugins/spark/_columns.c"],
+            sources=["plugins/spark/_columns.c", "plugins/spark/_columns_props.c"],
+            depends=["plugins/spark/_columns.h"],
             optional=True,
         ),
     ]

@@ -14,49 +14,14 @@
  * hostile messages.
  *
  * MessageExt's slots are read through the offsets of its member descriptors,
- * which columns.py hands over once (configure), in the order of the enum below.
+ * which columns.py hands over once (configure), in the order of _columns.h's enum.
+ * _columns_props.c reads the properties.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "_columns.h"
+
 #include <structmember.h>
 
-enum {
-    S_TOPIC,
-    S_BODY,
-    S_QUEUE_ID,
-    S_QUEUE_OFFSET,
-    S_BORN_TIMESTAMP,
-    S_STORE_TIMESTAMP,
-    S_RECONSUME_TIMES,
-    S_BROKER_NAME,
-    S_PROPS_RAW,
-    S_PROPS,
-    N_SLOTS
-};
-
-/* build()'s outcome besides 0 (done) and -1 (a Python error to raise). */
-#define FALLBACK 1
-#define MAX_NAMES 16
-#define MAX_NAME_LEN 63
-
-/* The property keys with a column of their own, and those the map leaves out. */
-enum { ROLE_NONE, ROLE_UNIQ, ROLE_KEYS, ROLE_TAGS };
-
-typedef struct {
-    char text[MAX_NAME_LEN + 1];
-    Py_ssize_t len;
-    int role;
-    int hidden;
-} name_t;
-
 static PyTypeObject *ext_type = NULL;
-static Py_ssize_t slot_offsets[N_SLOTS];
-static name_t names[MAX_NAMES];
-static Py_ssize_t n_names = 0;
-/* Bit n set when one of those names is n bytes long: most keys need no comparison. */
-static uint64_t name_lengths = 0;
 
 /*
  * ---- growable byte buffers ----
@@ -218,27 +183,7 @@ static void mapcol_free(mapcol_t *c) {
     buf_free(&c->value_data);
 }
 
-/* ---- reading a message ---- */
-
-static inline PyObject *slot(PyObject *obj, int s) {
-    return *(PyObject **)((char *)obj + slot_offsets[s]);
-}
-
-/* A str's UTF-8 bytes (cached by the str itself); FALLBACK for anything else or surrogates. */
-static int utf8_of(PyObject *s, const char **p, Py_ssize_t *n) {
-    if (s == NULL || !PyUnicode_CheckExact(s)) {
-        return FALLBACK;
-    }
-    *p = PyUnicode_AsUTF8AndSize(s, n);
-    if (*p == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_UnicodeError)) {
-            PyErr_Clear();
-            return FALLBACK;
-        }
-        return -1;
-    }
-    return 0;
-}
+/* ---- reading a message (its properties: _columns_props.c) ---- */
 
 static int int_of(PyObject *v, int64_t lo, int64_t hi, int64_t *out) {
     if (v == NULL || !PyLong_CheckExact(v)) {
@@ -255,208 +200,6 @@ static int int_of(PyObject *v, int64_t lo, int64_t hi, int64_t *out) {
     *out = (int64_t)x;
     return 0;
 }
-
-/* Whether p[0:n] is well-formed UTF-8 (as Python's strict decoder and Arrow's cast judge it). */
-static int valid_utf8(const unsigned char *p, Py_ssize_t n) {
-    const unsigned char *end = p + n;
-    while (p < end) {
-        if (end - p >= 8) {
-            uint64_t w;
-            memcpy(&w, p, 8);
-            if ((w & UINT64_C(0x8080808080808080)) == 0) {
-                p += 8;
-                continue;
-            }
-        }
-        unsigned char c = *p;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        Py_ssize_t need;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            if (c == 0xE0) {
-                lo = 0xA0;
-            } else if (c == 0xED) {
-                hi = 0x9F;
-            }
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            if (c == 0xF0) {
-                lo = 0x90;
-            } else if (c == 0xF4) {
-                hi = 0x8F;
-            }
-        } else {
-            return 0;
-        }
-        if (end - p <= need || p[1] < lo || p[1] > hi) {
-            return 0;
-        }
-        for (Py_ssize_t k = 2; k <= need; k++) {
-            if (p[k] < 0x80 || p[k] > 0xBF) {
-                return 0;
-            }
-        }
-        p += need + 1;
-    }
-    return 1;
-}
-
-/* One kept property of the message at hand. */
-typedef struct {
-    const char *key, *value;
-    Py_ssize_t key_len, value_len;
-} entry_t;
-
-typedef struct {
-    entry_t *items;
-    Py_ssize_t len, cap;
-} entries_t;
-
-static int entries_add(entries_t *e, const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn) {
-    if (e->len == e->cap) {
-        Py_ssize_t cap = e->cap ? e->cap * 2 : 32;
-        entry_t *items = PyMem_Realloc(e->items, (size_t)cap * sizeof(entry_t));
-        if (items == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        e->items = items;
-        e->cap = cap;
-    }
-    e->items[e->len++] = (entry_t){k, v, kn, vn};
-    return 0;
-}
-
-/* parse_properties's rules: \x02-separated segments, the key up to the first \x01, both non-empty. */
-static int parse_text(entries_t *e, const char *s, Py_ssize_t n) {
-    const char *end = s + n;
-    while (s < end) {
-        const char *stop = memchr(s, 0x02, (size_t)(end - s));
-        if (stop == NULL) {
-            stop = end;
-        }
-        const char *sep = memchr(s, 0x01, (size_t)(stop - s));
-        if (sep != NULL && sep > s && stop - sep > 1) {
-            if (entries_add(e, s, sep - s, sep + 1, stop - sep - 1) < 0) {
-                return -1;
-            }
-        }
-        s = stop + 1;
-    }
-    return 0;
-}
-
-/*
- * Properties already parsed into a dict: what properties_text() would format and
- * the parse then keep, as long as no key or value holds a separator (which would
- * re-split them) and all are str.
- */
-static int parse_dict(entries_t *e, PyObject *props) {
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(props, &pos, &key, &value)) {
-        if (value == Py_None) {
-            continue;
-        }
-        const char *k, *v;
-        Py_ssize_t kn, vn;
-        int rc = utf8_of(key, &k, &kn);
-        if (rc == 0) {
-            rc = utf8_of(value, &v, &vn);
-        }
-        if (rc != 0) {
-            return rc;
-        }
-        if (kn == 0 || vn == 0) {
-            continue;
-        }
-        if (memchr(k, 0x01, (size_t)kn) || memchr(k, 0x02, (size_t)kn) ||
-            memchr(v, 0x01, (size_t)vn) || memchr(v, 0x02, (size_t)vn)) {
-            return FALLBACK;
-        }
-        if (entries_add(e, k, kn, v, vn) < 0) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* The configured name a key is, or NULL. */
-static inline const name_t *name_of(const char *p, Py_ssize_t n) {
-    if (n > MAX_NAME_LEN || !((name_lengths >> n) & 1)) {
-        return NULL;
-    }
-    for (Py_ssize_t x = 0; x < n_names; x++) {
-        const name_t *name = &names[x];
-        if (n == name->len && p[0] == name->text[0] && memcmp(p, name->text, (size_t)n) == 0) {
-            return name;
-        }
-    }
-    return NULL;
-}
-
-/*
- * The message's kept properties into e (reset first). *hold receives a text this
- * function made (bytes decoded with U+FFFD), to release once the entries are used.
- */
-static int read_properties(PyObject *m, entries_t *e, PyObject **hold) {
-    e->len = 0;
-    PyObject *props = slot(m, S_PROPS);
-    if (props == NULL) {
-        return FALLBACK;
-    }
-    if (props != Py_None) {
-        return PyDict_CheckExact(props) ? parse_dict(e, props) : FALLBACK;
-    }
-    PyObject *raw = slot(m, S_PROPS_RAW);
-    const char *text;
-    Py_ssize_t n;
-    if (raw == NULL) {
-        return FALLBACK;
-    }
-    if (raw == Py_None) {
-        return 0;
-    }
-    if (PyBytes_CheckExact(raw)) {
-        text = PyBytes_AS_STRING(raw);
-        n = PyBytes_GET_SIZE(raw);
-        if (!valid_utf8((const unsigned char *)text, n)) {
-            *hold = PyUnicode_DecodeUTF8(text, n, "replace");
-            if (*hold == NULL) {
-                return -1;
-            }
-            int rc = utf8_of(*hold, &text, &n);
-            if (rc != 0) {
-                return rc;
-            }
-        }
-    } else {
-        int rc = utf8_of(raw, &text, &n);
-        if (rc != 0) {
-            return rc;
-        }
-    }
-    if (parse_text(e, text, n) < 0) {
-        return -1;
-    }
-    /* A repeated key: the Python builder's per-row path decides which one shows. */
-    for (Py_ssize_t i = 1; i < e->len; i++) {
-        for (Py_ssize_t j = 0; j < i; j++) {
-            if (e->items[i].key_len == e->items[j].key_len &&
-                e->items[i].key[0] == e->items[j].key[0] && memcmp(e->items[i].key, e->items[j].key, (size_t)e->items[i].key_len) == 0) {
-                return FALLBACK;
-            }
-        }
-    }
-    return 0;
-}
-
 /* ---- the batch ---- */
 
 typedef struct {
@@ -565,9 +308,9 @@ static int put_row(columns_t *c, Py_ssize_t i, PyObject *m, const part_t *part, 
     const char *p;
     Py_ssize_t n;
     int64_t v;
-    CHECK(utf8_of(slot(m, S_TOPIC), &p, &n));
+    CHECK(col_utf8_of(slot(m, S_TOPIC), &p, &n));
     CHECK(varcol_put(&c->topic, i, p, n));
-    CHECK(utf8_of(part->broker ? part->broker : slot(m, S_BROKER_NAME), &p, &n));
+    CHECK(col_utf8_of(part->broker ? part->broker : slot(m, S_BROKER_NAME), &p, &n));
     CHECK(varcol_put(&c->broker, i, p, n));
     if (part->broker) {
         v = part->queue_id;
@@ -590,7 +333,7 @@ static int put_row(columns_t *c, Py_ssize_t i, PyObject *m, const part_t *part, 
     }
     CHECK(varcol_put(&c->body, i, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)));
     PyObject *hold = NULL;
-    int rc = read_properties(m, e, &hold);
+    int rc = col_read_properties(m, e, &hold);
     if (rc == 0) {
         rc = put_properties(c, i, e);
     }
@@ -732,42 +475,6 @@ static PyObject *build(PyObject *self, PyObject *batches) {
     columns_free(&c);
     return out;
 }
-
-/* Adds a name to the table, or gives an existing one a role or hides it. */
-static int add_name(PyObject *s, int role, int hidden) {
-    const char *p;
-    Py_ssize_t n;
-    int rc = utf8_of(s, &p, &n);
-    if (rc != 0) {
-        if (rc == FALLBACK) {
-            PyErr_SetString(PyExc_TypeError, "property names must be str");
-        }
-        return -1;
-    }
-    if (n == 0 || n > MAX_NAME_LEN) {
-        PyErr_SetString(PyExc_ValueError, "property names must be 1 to 63 bytes");
-        return -1;
-    }
-    name_t *name = (name_t *)name_of(p, n);
-    if (name == NULL) {
-        if (n_names == MAX_NAMES) {
-            PyErr_SetString(PyExc_ValueError, "too many property names");
-            return -1;
-        }
-        name = &names[n_names++];
-        memcpy(name->text, p, (size_t)n);
-        name->len = n;
-        name->role = ROLE_NONE;
-        name->hidden = 0;
-        name_lengths |= UINT64_C(1) << n;
-    }
-    if (role != ROLE_NONE) {
-        name->role = role;
-    }
-    name->hidden |= hidden;
-    return 0;
-}
-
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *type, *descriptors, *uniq, *keys, *tags, *hidden;
     if (!PyArg_ParseTuple(args, "O!O!UUUO!", &PyType_Type, &type, &PyTuple_Type, &descriptors,
@@ -791,16 +498,16 @@ static PyObject *configure(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "not an object slot of the given type");
             return NULL;
         }
-        slot_offsets[i] = m->offset;
+        col_slot_offsets[i] = m->offset;
     }
-    n_names = 0;
-    name_lengths = 0;
-    if (add_name(uniq, ROLE_UNIQ, 0) < 0 || add_name(keys, ROLE_KEYS, 0) < 0 ||
-        add_name(tags, ROLE_TAGS, 0) < 0) {
+    col_n_names = 0;
+    col_name_lengths = 0;
+    if (col_add_name(uniq, ROLE_UNIQ, 0) < 0 || col_add_name(keys, ROLE_KEYS, 0) < 0 ||
+        col_add_name(tags, ROLE_TAGS, 0) < 0) {
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(hidden); i++) {
-        if (add_name(PyTuple_GET_ITEM(hidden, i), ROLE_NONE, 1) < 0) {
+        if (col_add_name(PyTuple_GET_ITEM(hidden, i), ROLE_NONE, 1) < 0) {
             return NULL;
         }
     }
