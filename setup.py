@@ -1,4 +1,6 @@
-"""The optional compiled record decoder and process-queue loops; everything else is in pyproject.toml.
+"""The optional compiled record decoder, process-queue loops and Spark column builder.
+
+Everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler (or no Python headers) is found, the build
 warns and the wheel holds the pure-Python decoder alone, which is also what
@@ -17,6 +19,12 @@ setup(
         Extension(
             "rmqk.engine._pq_speedups",
             sources=["kernel/engine/_pq_speedups.c"],
+            optional=True,
+        ),
+        Extension(
+            "rmqk.plugins.spark._columns",
+            sources=["plugins/spark/_columns.c", "plugins/spark/_columns_props.c"],
+            depends=["plugins/spark/_columns.h"],
             optional=True,
         ),
     ]

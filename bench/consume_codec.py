@@ -12,7 +12,12 @@ per pull:
   MessageExt objects (what ``messages_to_arrow`` does before Arrow sees them);
 * ``columns``: a prototype decoding the body straight into those lists, no
   MessageExt per record (the "columnar path" of issue 18), to compare with
-  ``decode`` + ``ext-columns``.
+  ``decode`` + ``ext-columns``;
+* ``arrow``: ``messages_to_arrow`` of ``--pulls`` such batches at once (what the
+  Spark sink does per slice of a flush), the compiled column builder unless
+  ``RMQK_NO_EXTENSIONS=1``;
+* ``parquet``: ``pyarrow.parquet.write_table`` of that record batch into memory
+  (snappy), the cost ``arrow`` is to be compared with.
 
 ``--loops N`` runs only the chosen step N times and prints nothing: for
 instruction counts, run it under ``valgrind --tool=callgrind`` with two values
@@ -21,7 +26,7 @@ of N and divide the difference by the extra messages (that cancels start-up)::
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python -m bench.consume_codec --step decode --loops 2000
 
-``RMQK_NO_EXTENSIONS=1`` selects the pure-Python decoder.
+``RMQK_NO_EXTENSIONS=1`` selects the pure-Python decoder and column builder.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import struct
+import time
 import timeit
 from collections.abc import Callable
 
@@ -39,7 +45,7 @@ from rmqk.plugins.remoting.message_codec import encode_stored_message
 from rmqk.plugins.remoting.pull_body import decode_pull_body
 from rmqk.uniq_id import create_uniq_id
 
-STEPS = ("decode", "pq", "ext-columns", "columns")
+STEPS = ("decode", "pq", "ext-columns", "columns", "arrow", "parquet")
 
 
 def pull_body(batch: int, size: int) -> bytes:
@@ -127,11 +133,39 @@ def columns(body: bytes) -> tuple[list[object], ...]:
     return topic, offsets, bodies, born, stored, reconsume, props
 
 
-def step(name: str, body: bytes) -> Callable[[], object]:
+def arrow_steps(name: str, body: bytes, pulls: int) -> Callable[[], object]:
+    """messages_to_arrow of ``pulls`` decoded pulls, or the Parquet write of its result."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rmqk.model import MessageQueue
+    from rmqk.plugins.spark.columns import messages_to_arrow
+
+    queue = MessageQueue("bench_consume_0123456789", "broker-a", 1)
+    # Fresh messages per pull, as consumed: raw properties, queue bounds recorded.
+    pairs = []
+    for _ in range(pulls):
+        msgs = decode(body)
+        for m in msgs:
+            m.set_queue_bounds((0, 10_000))
+        pairs.append((queue, msgs))
+    if name == "arrow":
+        return lambda: messages_to_arrow(pairs)
+    table = pa.Table.from_batches([messages_to_arrow(pairs)])
+
+    def write() -> None:
+        pq.write_table(table, pa.BufferOutputStream(), compression="snappy")
+
+    return write
+
+
+def step(name: str, body: bytes, pulls: int) -> Callable[[], object]:
     if name == "decode":
         return lambda: decode(body)
     if name == "columns":
         return lambda: columns(body)
+    if name in ("arrow", "parquet"):
+        return arrow_steps(name, body, pulls)
     msgs = decode(body)
     if name == "ext-columns":
         return lambda: ext_columns(msgs)
@@ -149,13 +183,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--step", choices=STEPS, action="append")
+    parser.add_argument("--pulls", type=int, default=256, help="pulls per arrow/parquet call")
     parser.add_argument("--loops", type=int, default=0, help="run only, N times (callgrind)")
     args = parser.parse_args()
     body = pull_body(args.batch, args.size)
     steps = args.step or list(STEPS)
     if args.loops:
         for name in steps:
-            fn = step(name, body)
+            fn = step(name, body, args.pulls)
             for _ in range(args.loops):
                 fn()
         return
@@ -163,10 +198,13 @@ def main() -> None:
     no_ext = os.environ.get("RMQK_NO_EXTENSIONS", "")
     print(f"decoder: {compiled} (RMQK_NO_EXTENSIONS={no_ext!r}), {args.batch} x {args.size} B")
     for name in steps:
-        fn = step(name, body)
-        number = 2000
-        best = min(timeit.repeat(fn, number=number, repeat=7)) / number / args.batch
-        print(f"{name:12} {best * 1e6:6.3f} us/msg (best of 7 x {number} pulls)")
+        fn = step(name, body, args.pulls)
+        pulls = args.pulls if name in ("arrow", "parquet") else 1
+        number = max(1, 2000 // pulls)
+        # CPU time, not wall clock: other processes share the machine's cores.
+        timer = timeit.Timer(fn, timer=time.process_time)
+        best = min(timer.repeat(number=number, repeat=7)) / number / pulls / args.batch
+        print(f"{name:12} {best * 1e6:6.3f} us/msg (best of 7 x {number * pulls} pulls)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The compiled record decoder and process-queue loops against the pure-Python code.
 
+(The Spark column builder has its own: tests/test_spark_columns_speedups.py.)
+
 The extensions are optional (setup.py builds them with ``optional=True``): these
 tests compare compiled and Python code when built and are skipped when not. The
 other codec tests run on whichever decoder is active; tox runs them a second
@@ -30,6 +32,7 @@ from rmqk.plugins.remoting.message_codec import (
     encode_stored_message,
     maybe_compress,
 )
+from rmqk.plugins.spark import columns
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -162,6 +165,7 @@ def test_a_built_extension_is_used() -> None:
     for module, used in (
         ("rmqk.plugins.remoting._speedups", message_codec.SPEEDUPS),
         ("rmqk.engine._pq_speedups", process_queue._SPEEDUPS is not None),
+        ("rmqk.plugins.spark._columns", columns.SPEEDUPS),
     ):
         if importlib.util.find_spec(module) is not None:
             assert used, module

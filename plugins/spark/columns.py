@@ -14,7 +14,8 @@ produce the same row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -24,6 +25,9 @@ from rmqk.model import MessageQueue
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from rmqk.plugins.spark._columns import Built as _Built
+    from rmqk.plugins.spark._columns import VarColumn as _VarColumn
 
 __all__ = [
     "COLUMNS",
@@ -70,6 +74,44 @@ EXCLUDED_PROPERTIES = frozenset(
         MessageProperty.CONSUME_START_TIMESTAMP,
     }
 )
+
+_Pair = tuple[MessageQueue | None, Sequence[MessageExt]]
+# The MessageExt slots the compiled builder reads, in the order _columns.c numbers them.
+_SLOT_ORDER = (
+    "topic",
+    "body",
+    "queue_id",
+    "queue_offset",
+    "born_timestamp",
+    "store_timestamp",
+    "reconsume_times",
+    "broker_name",
+    "_props_raw",
+    "_props",
+)
+
+
+def _load_compiled() -> Callable[[tuple[_Pair, ...]], _Built | None] | None:
+    """The compiled builder unless it was not built or ``RMQK_NO_EXTENSIONS=1`` disables it."""
+    if os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from rmqk.plugins.spark import _columns
+    except ImportError:
+        return None
+    _columns.configure(
+        MessageExt,
+        tuple(MessageExt.__dict__[name] for name in _SLOT_ORDER),
+        MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+        MessageProperty.KEYS,
+        MessageProperty.TAGS,
+        tuple(sorted(EXCLUDED_PROPERTIES)),
+    )
+    return _columns.build
+
+
+_compiled_build = _load_compiled()
+SPEEDUPS = _compiled_build is not None
 
 
 def arrow_schema() -> pa.Schema:
@@ -126,9 +168,25 @@ def messages_to_arrow(
     ``queue`` names the broker and queue id a message was consumed from (for a
     retry it is the %RETRY% queue); None takes them from the message itself.
 
-    The per-message Python work is one attribute read per column; properties
-    are parsed by Arrow kernels from their raw text (with parse_properties's
-    rules), not into a dict per message.
+    The compiled builder (_columns.c) returns every column's Arrow buffers; a
+    batch it does not take (or a run without it) goes through
+    :func:`_python_arrow`, the reference it is tested against.
+    """
+    pairs = tuple(batches)
+    if _compiled_build is not None:
+        built = _compiled_build(pairs)
+        if built is not None:
+            return _from_buffers(built, pairs)
+    return _python_arrow(pairs)
+
+
+def _python_arrow(
+    batches: Sequence[tuple[MessageQueue | None, Sequence[MessageExt]]],
+) -> pa.RecordBatch:
+    """The pure-Python builder: one attribute read per column and message.
+
+    Properties are parsed by Arrow kernels from their raw text (with
+    parse_properties's rules), not into a dict per message.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -168,6 +226,67 @@ def messages_to_arrow(
         ],
         schema=schema,
     )
+
+
+def _from_buffers(built: _Built, pairs: Sequence[_Pair]) -> pa.RecordBatch:
+    """The record batch over the compiled builder's buffers (no per-row Python)."""
+    import pyarrow as pa
+
+    rows, topic, broker, qid, qoffset, uniq, keys, tags, body, born, store, again, props = built
+    schema = arrow_schema()
+
+    def var(kind: pa.DataType, column: _VarColumn, length: int = rows) -> pa.Array:
+        valid, nulls, offsets, data = column
+        bitmap = None if valid is None else pa.py_buffer(valid)
+        buffers = [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)]
+        return pa.Array.from_buffers(kind, length, buffers, null_count=nulls)
+
+    def fixed(kind: pa.DataType, data: bytes, length: int = rows) -> pa.Array:
+        return pa.Array.from_buffers(kind, length, [None, pa.py_buffer(data)], null_count=0)
+
+    map_offsets, entries, key_offsets, key_data, value_offsets, value_data = props
+    map_type = schema.field("properties").type
+    properties = pa.MapArray.from_arrays(
+        fixed(pa.int32(), map_offsets, rows + 1),
+        var(pa.string(), (None, 0, key_offsets, key_data), entries),
+        var(pa.string(), (None, 0, value_offsets, value_data), entries),
+    )
+    if not properties.type.equals(map_type):
+        properties = properties.cast(map_type)
+    msg_ids = var(pa.string(), uniq)
+    if msg_ids.null_count:
+        msg_ids = _with_offset_ids(msg_ids, [m for _, messages in pairs for m in messages])
+    ts_type = schema.field("born_timestamp").type
+    return pa.RecordBatch.from_arrays(
+        [
+            var(pa.string(), topic),
+            var(pa.string(), broker),
+            fixed(pa.int32(), qid),
+            fixed(pa.int64(), qoffset),
+            msg_ids,
+            var(pa.string(), keys),
+            var(pa.string(), tags),
+            properties,
+            var(pa.binary(), body),
+            fixed(ts_type, born),
+            fixed(ts_type, store),
+            fixed(pa.int32(), again),
+        ],
+        schema=schema,
+    )
+
+
+def _with_offset_ids(uniq: pa.Array, msgs: Sequence[MessageExt]) -> pa.Array:
+    """UNIQ_KEY, else the offset message id (computed only where it is missing)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if uniq.null_count == 0:
+        return uniq
+    missing = uniq.is_null()
+    where = pc.indices_nonzero(missing).to_pylist()
+    computed = pa.array([msgs[i].offset_msg_id for i in where], pa.string())
+    return pc.replace_with_mask(uniq, missing, computed)
 
 
 # A segment parse_properties keeps: a non-empty key up to the first \x01, a non-empty value.
@@ -246,17 +365,7 @@ class _Properties:
         return pc.replace_with_mask(pa.nulls(self.rows, pa.string()), has, found)
 
     def msg_ids(self, msgs: Sequence[MessageExt]) -> pa.Array:
-        """UNIQ_KEY, else the offset message id (computed only where it is missing)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        uniq = self.single(MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        missing = uniq.is_null()
-        if uniq.null_count == 0:
-            return uniq
-        where = pc.indices_nonzero(missing).to_pylist()
-        computed = pa.array([msgs[i].offset_msg_id for i in where], pa.string())
-        return pc.replace_with_mask(uniq, missing, computed)
+        return _with_offset_ids(self.single(MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), msgs)
 
     def map_column(self, map_type: pa.DataType) -> pa.Array:
         """The properties without those that have a column or change per delivery."""
