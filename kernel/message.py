@@ -8,9 +8,10 @@ its topic the way Java's ``resetRetryAndNamespace`` does.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 __all__ = [
     "NAME_VALUE_SEPARATOR",
@@ -280,6 +281,18 @@ class MessageExt(_TagsAndKeys):
                 props[MessageProperty.MAX_OFFSET] = str(bounds[1])
         return props
 
+    @property
+    def tags(self) -> str | None:
+        # A subscription to named tags re-checks every consumed message's tag: read it
+        # from the raw text when that is unambiguous instead of parsing every property.
+        if self._props is None:
+            raw = self._props_raw
+            if isinstance(raw, bytes):
+                found = _tags_in_raw(raw)
+                if found is not _AMBIGUOUS:
+                    return found
+        return self.properties.get(MessageProperty.TAGS)
+
     def set_queue_bounds(self, bounds: tuple[int, int]) -> None:
         """Record the queue's min and max offset (PullAPIWrapper's MIN/MAX_OFFSET)."""
         if self._props is None:
@@ -335,3 +348,36 @@ class MessageExt(_TagsAndKeys):
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+_TAGS_SEGMENT = b"TAGS\x01"
+
+
+class _Ambiguous(enum.Enum):
+    TOKEN = 0
+
+
+_AMBIGUOUS: Final = _Ambiguous.TOKEN
+
+
+def _tags_in_raw(raw: bytes) -> str | Literal[_Ambiguous.TOKEN] | None:
+    """TAGS from raw ``k\x01v\x02`` bytes as parse_properties would read it, or _AMBIGUOUS.
+
+    Only the plain case is answered: one TAGS segment at a segment start, a
+    non-empty valid UTF-8 value. Anything else (a repeated key, ``TAGS\x01``
+    inside another value, bad bytes) is left to the full parse.
+    """
+    at = raw.rfind(_TAGS_SEGMENT)
+    if at < 0:
+        return None
+    if (at > 0 and raw[at - 1] != 2) or raw.find(_TAGS_SEGMENT) != at:
+        return _AMBIGUOUS
+    start = at + len(_TAGS_SEGMENT)
+    end = raw.find(b"\x02", start)
+    value = raw[start:] if end < 0 else raw[start:end]
+    if not value:
+        return _AMBIGUOUS
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return _AMBIGUOUS
