@@ -43,6 +43,7 @@ import attrs
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
+from rmqk.plugins.sinks.uncommitted import keep_uncommitted, spans_of
 
 __all__ = ["CommitRaced", "Flush", "FlushStats", "FlushTriggers", "GroupCommitSink"]
 
@@ -201,7 +202,7 @@ class GroupCommitSink(abc.ABC):
         commit exclusive. The base then filters the flush again and retries.
         """
         self._absorb(committed_meanwhile)
-        _, raced = self._keep(flush.batches)
+        _, raced = keep_uncommitted(self._index, flush.batches)
         if raced:
             raise CommitRaced(raced)
 
@@ -493,20 +494,14 @@ class GroupCommitSink(abc.ABC):
         if not self.exactly_once:
             return self.write_batch(Flush(pairs)), 0
         self._absorb(self.committed_ranges())
+        spans = spans_of(pairs)
         for _attempt in range(_COMMIT_ATTEMPTS):
-            kept, skipped = self._keep(pairs)
+            kept, skipped = keep_uncommitted(self._index, pairs, spans)
             if not kept:
                 return 0, skipped
             # A batch's whole span is recorded: the offsets it lacks were filtered out.
             ranges = ranges_of(
-                (
-                    q.topic,
-                    q.broker_name,
-                    q.queue_id,
-                    min(m.queue_offset for m in pairs[i][1]),
-                    max(m.queue_offset for m in pairs[i][1]),
-                )
-                for i, q, _ in kept
+                (q.topic, q.broker_name, q.queue_id, spans[i][0], spans[i][1]) for i, q, _ in kept
             )
             flush = Flush(
                 tuple((q, msgs) for _, q, msgs in kept), ranges, prepared if not skipped else None
@@ -531,29 +526,3 @@ class GroupCommitSink(abc.ABC):
     def _absorb(self, ranges: Iterable[OffsetRange]) -> None:
         for r in ranges:
             self._index.add(r)
-
-    def _keep(
-        self, batch: Sequence[tuple[MessageQueue, Sequence[MessageExt]]]
-    ) -> tuple[list[tuple[int, MessageQueue, list[MessageExt]]], int]:
-        """Per batch (by index) the messages no commit covers, each once; and how many not."""
-        index = self._index
-        kept: list[tuple[int, MessageQueue, list[MessageExt]]] = []
-        seen: set[tuple[MessageQueue, int]] = set()
-        skipped = 0
-        for i, (q, msgs) in enumerate(batch):
-            first = min(m.queue_offset for m in msgs)
-            last = max(m.queue_offset for m in msgs)
-            check = index.overlaps(q.topic, q.broker_name, q.queue_id, first, last)
-            out = []
-            for m in msgs:
-                key = (q, m.queue_offset)
-                if key in seen or (
-                    check and index.covers(q.topic, q.broker_name, q.queue_id, m.queue_offset)
-                ):
-                    skipped += 1
-                    continue
-                seen.add(key)
-                out.append(m)
-            if out:
-                kept.append((i, q, out))
-        return kept, skipped
