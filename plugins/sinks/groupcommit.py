@@ -14,6 +14,12 @@ consumed batches, from many queues) durably. The base does the rest:
   comes first; it takes batches up to ``rows`` / ``bytes`` and the rest is the
   next flush. Writes run in a worker thread, one at a time, while the event
   loop keeps buffering.
+* A sink that turns batches into something to write (Arrow columns) sets
+  ``part_rows`` and implements :meth:`~GroupCommitSink.build_part`: the base
+  builds parts of about ``part_rows`` rows on the event loop while batches
+  arrive, so a flush finds most of its rows built and is handed to the writer
+  at once; the next flush fills (and is built) while the previous one is
+  written.
 * With ``exactly_once`` the base skips the messages already committed and hands
   the flush its offset ranges (:attr:`Flush.ranges`); the sink commits those
   ranges in the same atomic step as the rows, and reads them back with
@@ -36,16 +42,17 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.plugins.sinks.buildahead import Part, PartBuilder, Pending
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
 from rmqk.plugins.sinks.uncommitted import keep_uncommitted, spans_of
 
-__all__ = ["CommitRaced", "Flush", "FlushStats", "FlushTriggers", "GroupCommitSink"]
+__all__ = ["CommitRaced", "Flush", "FlushStats", "FlushTriggers", "GroupCommitSink", "Part"]
 
 log = logging.getLogger("rmqk.plugins.sinks.groupcommit")
 
@@ -72,8 +79,8 @@ class Flush:
     batches: tuple[tuple[MessageQueue, Sequence[MessageExt]], ...]
     # exactly_once only: the offsets to commit together with the rows.
     ranges: tuple[OffsetRange, ...] = ()
-    # What GroupCommitSink.prepare built for this flush on the event loop, if anything.
-    prepared: object = None
+    # With part_rows: the parts build_part made of these batches, their rows in order.
+    prepared: list[Any] | None = None
 
     @property
     def rows(self) -> int:
@@ -103,32 +110,15 @@ class FlushStats:
     last_flush_at: float | None = None
 
 
-class _Pending:
-    __slots__ = ("at", "bytes", "future", "messages", "queue")
-
-    def __init__(
-        self,
-        queue: MessageQueue,
-        messages: Sequence[MessageExt],
-        future: asyncio.Future[None],
-        at: float,
-    ) -> None:
-        self.queue = queue
-        self.messages = messages
-        self.future = future
-        self.at = at
-        self.bytes = sum(len(m.body) for m in messages)
-
-
 class GroupCommitSink(abc.ABC):
     """Buffering, flush triggers, per-batch futures and exactly-once filtering for a sink."""
 
     # The sink's registered name, for log lines and errors.
     sink_name: ClassVar[str] = "group-commit"
-    # True: the next flush is prepared (prepare, on the event loop) while the previous one
-    # is written. Only worth it when prepare does real work. With exactly_once only the
-    # preparing overlaps: writes (filter, commit) stay one at a time.
-    overlap_flushes: ClassVar[bool] = False
+    # Non-zero: build_part builds parts of about this many rows on the event loop as
+    # batches arrive, and the next flush fills while the previous one is written. With
+    # exactly_once only the building overlaps: writes (filter, commit) stay one at a time.
+    part_rows: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -145,7 +135,7 @@ class GroupCommitSink(abc.ABC):
         self._max_rows = triggers.rows or 2**62
         self._max_bytes = triggers.bytes or 2**62
         # An ordered set: a cancelled batch leaves it in O(1).
-        self._pending: dict[_Pending, None] = {}
+        self._pending: dict[Pending, None] = {}
         self._rows = 0
         self._bytes = 0
         self._first_at = 0.0
@@ -159,6 +149,11 @@ class GroupCommitSink(abc.ABC):
         self._started = False
         self._start_lock = asyncio.Lock()
         self._index = OffsetIndex()
+        self._parts = (
+            PartBuilder(self.build_part, self.part_rows, f"rmqk-{self.sink_name}-build {target}")
+            if self.part_rows
+            else None
+        )
 
     # -- what a sink implements ------------------------------------------------------
 
@@ -188,9 +183,14 @@ class GroupCommitSink(abc.ABC):
         """Release it (worker thread, once, after the last flush)."""
         return None
 
-    async def prepare(self, flush: Flush) -> Flush:
-        """With ``overlap_flushes``: build on the event loop what ``write_batch`` writes."""
-        return flush
+    def build_part(self, batches: Sequence[tuple[MessageQueue, Sequence[MessageExt]]]) -> Part:
+        """With ``part_rows``: what ``write_batch`` writes for ``batches`` (on the event loop).
+
+        One row per message, in order: a flush's rows are slices of parts. Keep it
+        to a few tens of milliseconds for ``part_rows`` rows: the loop waits meanwhile.
+        Raising fails the flush that holds these batches (they are built again then).
+        """
+        raise NotImplementedError(f"the {self.sink_name} sink builds no parts")
 
     # -- what a sink calls -----------------------------------------------------------
 
@@ -300,11 +300,11 @@ class GroupCommitSink(abc.ABC):
         loop: asyncio.AbstractEventLoop,
         queue: MessageQueue,
         messages: Sequence[MessageExt],
-    ) -> _Pending:
+    ) -> Pending:
         if self._closing:
             raise RuntimeError(f"the {self.sink_name} sink writing {self.target} is closed")
         now = time.monotonic()
-        entry = _Pending(queue, messages, loop.create_future(), now)
+        entry = Pending(queue, messages, loop.create_future(), now)
         if self.stats.first_write_at is None:
             self.stats.first_write_at = now
         if not self._pending:
@@ -316,23 +316,27 @@ class GroupCommitSink(abc.ABC):
         self._has_data.set()
         if self._rows >= self._max_rows or self._bytes >= self._max_bytes:
             self._kick.set()
+        if self._parts is not None:
+            self._parts.added(entry, loop)
         entry.future.add_done_callback(functools.partial(self._cancelled, entry))
         return entry
 
-    def _cancelled(self, entry: _Pending, future: asyncio.Future[None]) -> None:
+    def _cancelled(self, entry: Pending, future: asyncio.Future[None]) -> None:
         if future.cancelled():
             self._withdraw(entry)
 
-    def _withdraw(self, entry: _Pending) -> None:
+    def _withdraw(self, entry: Pending) -> None:
         """Take a cancelled batch out of the buffer if no flush has taken it yet."""
         if self._pending.pop(entry, False) is None:
             self._rows -= len(entry.messages)
             self._bytes -= entry.bytes
+            if self._parts is not None:
+                self._parts.left(entry)
 
     # -- flushing ----------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
-        # With overlap_flushes, flushes overlap by one stage: the next one is prepared
+        # With part_rows, flushes overlap by one stage: the next one fills and is built
         # while the previous one is written. Each settles only its own batches, when
         # its own write is done (offsets never pass a batch not acknowledged).
         writing: asyncio.Task[None] | None = None
@@ -342,11 +346,11 @@ class GroupCommitSink(abc.ABC):
                 if batch is None:
                     return
                 started = time.monotonic()
-                if not self.overlap_flushes:
+                if self._parts is None:
                     await self._settle(batch, started, asyncio.to_thread(self._write, batch))
                     continue
                 try:
-                    flush = await self.prepare(Flush(tuple((e.queue, e.messages) for e in batch)))
+                    parts = await self._parts.assemble(batch)
                 except BaseException as exc:
                     self._failed(batch, exc)
                     if not isinstance(exc, Exception):
@@ -355,11 +359,14 @@ class GroupCommitSink(abc.ABC):
                 if writing is not None:
                     await writing
                 # Exactly once still writes (filters, commits) one flush at a time: only
-                # the preparing overlaps.
+                # the building overlaps.
                 write = (
-                    asyncio.to_thread(self._write, batch, flush.prepared)
+                    asyncio.to_thread(self._write, batch, parts)
                     if self.exactly_once
-                    else asyncio.to_thread(self._write_prepared, flush)
+                    else asyncio.to_thread(
+                        self._write_prepared,
+                        Flush(tuple((e.queue, e.messages) for e in batch), prepared=parts),
+                    )
                 )
                 writing = asyncio.get_running_loop().create_task(
                     self._settle(batch, started, write),
@@ -369,7 +376,7 @@ class GroupCommitSink(abc.ABC):
             if writing is not None:
                 await writing
 
-    async def _next_batch(self) -> list[_Pending] | None:
+    async def _next_batch(self) -> list[Pending] | None:
         """Wait for the next flush to be due and take its batches; None once closed and empty.
 
         A flush takes batches up to ``rows`` rows or ``bytes`` bytes (at least one):
@@ -391,7 +398,7 @@ class GroupCommitSink(abc.ABC):
             else:
                 self._hint_when_starved()
             self._kick.clear()
-            batch: list[_Pending] = []
+            batch: list[Pending] = []
             rows = size = 0
             for entry in self._pending:
                 if batch and (rows >= self._max_rows or size >= self._max_bytes):
@@ -401,6 +408,8 @@ class GroupCommitSink(abc.ABC):
                 size += entry.bytes
             for entry in batch:
                 del self._pending[entry]
+                if self._parts is not None:
+                    self._parts.left(entry)
             self._rows -= rows
             self._bytes -= size
             if self._pending:
@@ -411,7 +420,7 @@ class GroupCommitSink(abc.ABC):
                 return batch
 
     async def _settle(
-        self, batch: list[_Pending], started: float, flush: Awaitable[tuple[int, int]]
+        self, batch: list[Pending], started: float, flush: Awaitable[tuple[int, int]]
     ) -> None:
         """Await one flush and resolve (or fail) the futures of its batches."""
         try:
@@ -441,7 +450,7 @@ class GroupCommitSink(abc.ABC):
             if not entry.future.done():
                 entry.future.set_result(None)
 
-    def _failed(self, batch: list[_Pending], exc: BaseException) -> None:
+    def _failed(self, batch: list[Pending], exc: BaseException) -> None:
         self.stats.failed_flushes += 1
         log.error(
             "%s sink: writing %d batches to %s failed: %s",
@@ -485,7 +494,7 @@ class GroupCommitSink(abc.ABC):
     def _write_prepared(self, flush: Flush) -> tuple[int, int]:
         return self.write_batch(flush), 0
 
-    def _write(self, batch: list[_Pending], prepared: object = None) -> tuple[int, int]:
+    def _write(self, batch: list[Pending], prepared: list[Any] | None = None) -> tuple[int, int]:
         """One flush: (rows written, rows skipped as already committed).
 
         ``prepared`` (exactly once) is handed on only if no message was filtered out.

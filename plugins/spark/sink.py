@@ -22,9 +22,11 @@ and then published (see :mod:`rmqk.plugins.sinks.commitlog`); messages the log
 already covers are acknowledged without being written again.
 
 Writes block, so they run in a worker thread; the event loop keeps pulling
-and buffering while a flush is written, and builds the next flush's Arrow
-columns meanwhile (with ``exactly_once`` too: a flush whose messages the commit
-log filters builds them again, in the worker thread).
+and buffering while a flush is written, and builds Arrow columns in parts of
+8,192 rows as batches arrive (``part_rows``), so a flush that comes due is
+mostly built and the last one leaves no building after the last message (with
+``exactly_once`` too: a flush whose messages the commit log filters builds them
+again, in the worker thread).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ log = logging.getLogger("rmqk.plugins.spark.sink")
 # A flush that fails to publish after committing is retried this often, then left
 # to the next start's recovery (the data is committed, so the batches succeed).
 _PUBLISH_RETRIES = 3
-# Rows of Arrow columns built per turn of the event loop (about 20-40 ms of work).
+# Rows of Arrow columns built per turn of the event loop (about 20 ms of work).
 _ARROW_SLICE_ROWS = 8192
 
 
@@ -76,7 +78,7 @@ class OutputWriter(GroupCommitSink):
     """The Spark writes for one output, shared by the sinks of a process."""
 
     sink_name: ClassVar[str] = "spark"
-    overlap_flushes: ClassVar[bool] = True
+    part_rows: ClassVar[int] = _ARROW_SLICE_ROWS
 
     def __init__(self, options: SinkOptions) -> None:
         self.spark_stats = SparkFlushStats()
@@ -146,42 +148,28 @@ class OutputWriter(GroupCommitSink):
 
     # -- at least once: Arrow built on the event loop, written in a worker thread -------
 
-    async def prepare(self, flush: Flush) -> Flush:
-        """The flush's Arrow columns, built on the event loop in slices.
+    def build_part(
+        self, batches: Sequence[tuple[MessageQueue, Sequence[MessageExt]]]
+    ) -> pa.RecordBatch:
+        """Arrow columns of ``part_rows`` rows, built on the event loop as batches arrive.
 
         Not in a worker thread: building them is mostly Python holding the GIL,
         and a thread doing that starves the event loop (each time the loop gives
         the GIL up for I/O it waits a whole switch interval to get it back), which
-        halved the consumer's rate. Slices keep each pause of the loop short.
+        halved the consumer's rate. Parts keep each pause of the loop short, and
+        built as the batches arrive they leave a flush little to build when due.
         """
         from rmqk.plugins.spark.columns import messages_to_arrow
 
-        batches = flush.batches
-        parts: list[pa.RecordBatch] = []
-        spent = 0.0
-        start = 0
-        while start < len(batches):
-            began = time.monotonic()
-            end = start
-            rows = 0
-            while end < len(batches) and rows < _ARROW_SLICE_ROWS:
-                rows += len(batches[end][1])
-                end += 1
-            parts.append(messages_to_arrow(batches[start:end]))
-            spent += time.monotonic() - began
-            start = end
-            if start < len(batches):
-                await asyncio.sleep(0)
-        self.spark_stats.seconds_arrow += spent
-        return attrs.evolve(flush, prepared=parts)
+        began = time.monotonic()
+        part = messages_to_arrow(batches)
+        self.spark_stats.seconds_arrow += time.monotonic() - began
+        return part
 
     def write_batch(self, flush: Flush) -> int:
         if self._staging is not None:
             return self._commit_exactly_once(flush, self._staging)
-        import pyarrow as pa
-
-        parts = flush.prepared if isinstance(flush.prepared, list) else [self._arrow(flush)]
-        arrow = pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+        arrow = _one_batch(flush.prepared) if flush.prepared else self._arrow(flush)
         if self._files is not None:
             assert self.options.path is not None
             self._seq += 1
@@ -208,12 +196,7 @@ class OutputWriter(GroupCommitSink):
             return [r for e in self._staging.log.read_new() for r in e.ranges]
 
     def _commit_exactly_once(self, flush: Flush, staging: StagingArea) -> int:
-        if isinstance(flush.prepared, list):
-            import pyarrow as pa
-
-            arrow = pa.Table.from_batches(flush.prepared).combine_chunks().to_batches()[0]
-        else:
-            arrow = self._arrow(flush)
+        arrow = _one_batch(flush.prepared) if flush.prepared else self._arrow(flush)
         self._seq += 1
         seq = self._seq
         target = staging.flush_dir(seq)
@@ -287,6 +270,16 @@ class OutputWriter(GroupCommitSink):
 
     def _stage_hook(self, stage: str, entry: CommitEntry) -> None:
         """Called at each step of an exactly-once flush (crash tests pause here)."""
+
+
+def _one_batch(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """The flush's parts as one record batch (what the writers take); a copy if several."""
+    import pyarrow as pa
+
+    if len(parts) == 1:
+        return parts[0]
+    batch: pa.RecordBatch = pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+    return batch
 
 
 # Writers by (event loop, output), shared by the sinks of one process.

@@ -1,0 +1,185 @@
+"""The group-commit base's pipeline: parts built ahead, flush order, failures.
+
+No broker and no Spark: a sink whose parts are lists of (queue id, offset) rows
+and whose writes can be held, failed, or checked against the messages they cover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue
+from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
+
+pytestmark = pytest.mark.timeout(60)
+
+QUEUES = [MessageQueue("T", "broker-a", q) for q in range(3)]
+
+
+def msgs(queue_id: int, offsets: Sequence[int]) -> list[MessageExt]:
+    return [MessageExt(topic="T", body=b"x", queue_id=queue_id, queue_offset=o) for o in offsets]
+
+
+class Rows:
+    """A part: (queue id, offset) per row."""
+
+    def __init__(self, rows: list[tuple[int, int]]) -> None:
+        self.rows = rows
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+    def slice(self, offset: int = 0, length: int | None = None) -> Rows:
+        end = len(self.rows) if length is None else offset + length
+        return Rows(self.rows[offset:end])
+
+
+class PipelineSink(GroupCommitSink):
+    sink_name: ClassVar[str] = "test-pipeline"
+    part_rows: ClassVar[int] = 8
+
+    def __init__(self, rows: int, seconds: float = 60.0) -> None:
+        super().__init__(FlushTriggers(rows=rows, seconds=seconds), target="memory")
+        self.built: list[int] = []  # rows of each build_part call
+        self.written: list[list[tuple[int, int]]] = []
+        self.held: dict[int, threading.Event] = {}  # flush number -> released when set
+        self.fail: set[int] = set()  # flush numbers whose write raises
+        self.poison: int | None = None  # an offset build_part refuses
+        self.writes = 0
+
+    def build_part(self, batches: Sequence[tuple[MessageQueue, Sequence[MessageExt]]]) -> Rows:
+        rows = [(q.queue_id, m.queue_offset) for q, ms in batches for m in ms]
+        if self.poison is not None and any(o == self.poison for _, o in rows):
+            raise ValueError("poisoned")
+        self.built.append(len(rows))
+        return Rows(rows)
+
+    def write_batch(self, flush: Flush) -> int:
+        self.writes += 1
+        number = self.writes
+        gate = self.held.get(number)
+        if gate is not None:
+            assert gate.wait(30)
+        assert flush.prepared is not None
+        rows = [r for part in flush.prepared for r in part.rows]
+        # The parts hold exactly the flush's messages, in order.
+        assert rows == [(q.queue_id, m.queue_offset) for q, ms in flush.batches for m in ms]
+        if number in self.fail:
+            raise OSError(f"flush {number} refused")
+        self.written.append(rows)
+        return len(rows)
+
+
+async def wait_until(check: Any, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def test_parts_are_built_as_batches_arrive_and_sliced_at_flush_boundaries() -> None:
+    sink = PipelineSink(rows=20)
+    await sink.start()
+    try:
+        futures = [
+            sink.submit(QUEUES[i % 3], msgs(i % 3, range(i * 3, i * 3 + 3))) for i in range(6)
+        ]
+        await asyncio.sleep(0.05)
+        # 18 rows waiting: below the flush, but two parts of 8 (3+3+3 rows) are built.
+        assert sink.built == [9, 9] and sink.stats.flushes == 0
+        assert not any(f.done() for f in futures)
+        # Three more batches: the flush takes batches up to 20 rows (seven), cutting a part.
+        futures += [
+            sink.submit(QUEUES[i % 3], msgs(i % 3, range(i * 3, i * 3 + 3))) for i in range(6, 9)
+        ]
+        await asyncio.wait_for(asyncio.gather(*futures[:7]), 10)
+        assert sink.stats.flushes == 1 and sink.written[0] == [
+            (i % 3, o) for i in range(7) for o in range(i * 3, i * 3 + 3)
+        ]
+        assert not any(f.done() for f in futures[7:])
+    finally:
+        await sink.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert [len(w) for w in sink.written] == [21, 6]
+
+
+async def test_withdrawn_batches_and_timer_flushes_take_only_their_rows() -> None:
+    sink = PipelineSink(rows=1000, seconds=0.2)
+    await sink.start()
+    try:
+        kept = [sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))) for i in range(5)]
+        withdrawn = sink.submit(QUEUES[1], msgs(1, range(100, 105)))
+        kept.append(sink.submit(QUEUES[0], msgs(0, range(25, 30))))
+        await asyncio.sleep(0)  # the builder built the first parts, the withdrawn one among them
+        withdrawn.cancel()
+        await asyncio.wait_for(asyncio.gather(*kept), 10)
+    finally:
+        await sink.close()
+    assert sink.written == [[(0, o) for o in range(30)]]
+
+
+async def test_futures_resolve_only_after_the_flush_covering_them_is_written() -> None:
+    sink = PipelineSink(rows=10)
+    first_gate = threading.Event()
+    sink.held[1] = first_gate
+    await sink.start()
+    try:
+        first = [sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))) for i in range(2)]
+        await wait_until(lambda: sink.writes == 1)
+        # The next flush fills, and is built, while the first is being written.
+        second = [sink.submit(QUEUES[1], msgs(1, range(i * 5, i * 5 + 5))) for i in range(2)]
+        await asyncio.sleep(0.1)
+        assert sum(sink.built) == 20
+        assert not any(f.done() for f in first + second), "nothing written yet"
+        assert sink.writes == 1, "writes stay one at a time"
+        first_gate.set()
+        await asyncio.wait_for(asyncio.gather(*first), 10)
+        await asyncio.wait_for(asyncio.gather(*second), 10)
+    finally:
+        await sink.close()
+    assert sink.written == [[(0, o) for o in range(10)], [(1, o) for o in range(10)]]
+
+
+async def test_a_failure_mid_pipeline_fails_exactly_the_batches_of_that_flush() -> None:
+    sink = PipelineSink(rows=10)
+    sink.fail.add(2)
+    gate = threading.Event()
+    sink.held[1] = gate
+    await sink.start()
+    try:
+        flushes = [
+            [sink.submit(QUEUES[f], msgs(f, range(i * 5, i * 5 + 5))) for i in range(2)]
+            for f in range(3)
+        ]
+        gate.set()
+        results = await asyncio.wait_for(
+            asyncio.gather(*(f for fl in flushes for f in fl), return_exceptions=True), 10
+        )
+    finally:
+        await sink.close()
+    assert [isinstance(r, OSError) for r in results] == [False] * 2 + [True] * 2 + [False] * 2
+    assert sink.written == [[(0, o) for o in range(10)], [(2, o) for o in range(10)]]
+    assert sink.stats.failed_flushes == 1 and sink.stats.flushes == 2
+
+
+async def test_a_batch_that_fails_to_build_fails_its_flush_only() -> None:
+    sink = PipelineSink(rows=10)
+    sink.poison = 7
+    await sink.start()
+    try:
+        bad = [sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))) for i in range(2)]
+        await asyncio.sleep(0.05)
+        good = [sink.submit(QUEUES[1], msgs(1, range(i * 5, i * 5 + 5))) for i in range(2, 4)]
+        results = await asyncio.wait_for(asyncio.gather(*bad, *good, return_exceptions=True), 10)
+    finally:
+        await sink.close()
+    assert [isinstance(r, ValueError) for r in results] == [True, True, False, False]
+    assert sink.written == [[(1, o) for o in range(10, 20)]]
