@@ -183,3 +183,43 @@ async def test_a_batch_that_fails_to_build_fails_its_flush_only() -> None:
         await sink.close()
     assert [isinstance(r, ValueError) for r in results] == [True, True, False, False]
     assert sink.written == [[(1, o) for o in range(10, 20)]]
+
+
+async def test_timer_flushes_due_while_a_write_runs_take_what_arrives_until_it_ends() -> None:
+    sink = PipelineSink(rows=1000, seconds=0.1)
+    gate = threading.Event()
+    sink.held[1] = gate
+    await sink.start()
+    try:
+        first = sink.submit(QUEUES[0], msgs(0, range(0, 5)))
+        await wait_until(lambda: sink.writes == 1)
+        later = []
+        for i in range(1, 4):
+            later.append(sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))))
+            await asyncio.sleep(0.25)  # each is past the timer while the first write runs
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(first, *later), 10)
+    finally:
+        await sink.close()
+    # One flush for all that arrived during the slow write, not one per timer tick.
+    assert sink.written == [[(0, o) for o in range(5)], [(0, o) for o in range(5, 20)]]
+
+
+async def test_a_full_flush_does_not_wait_for_the_write_before_it() -> None:
+    sink = PipelineSink(rows=10, seconds=60)
+    gate = threading.Event()
+    sink.held[1] = gate
+    await sink.start()
+    try:
+        futures = [sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))) for i in range(2)]
+        await wait_until(lambda: sink.writes == 1)
+        futures += [sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))) for i in range(2, 5)]
+        await asyncio.sleep(0.1)
+        # The second flush (10 rows) was taken and assembled; the fifth batch waits.
+        assert sink._rows == 5
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*futures[:4]), 10)
+        assert not futures[4].done()
+    finally:
+        await sink.close()
+    assert [len(w) for w in sink.written] == [10, 10, 5]

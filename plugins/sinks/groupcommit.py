@@ -342,7 +342,7 @@ class GroupCommitSink(abc.ABC):
         writing: asyncio.Task[None] | None = None
         try:
             while True:
-                batch = await self._next_batch()
+                batch = await self._next_batch(writing)
                 if batch is None:
                     return
                 started = time.monotonic()
@@ -376,11 +376,14 @@ class GroupCommitSink(abc.ABC):
             if writing is not None:
                 await writing
 
-    async def _next_batch(self) -> list[Pending] | None:
+    async def _next_batch(self, busy: asyncio.Task[None] | None = None) -> list[Pending] | None:
         """Wait for the next flush to be due and take its batches; None once closed and empty.
 
         A flush takes batches up to ``rows`` rows or ``bytes`` bytes (at least one):
-        what arrived beyond that is the next flush, due at once.
+        what arrived beyond that is the next flush, due at once. One due by the timer
+        while ``busy`` (the previous flush's write) runs is taken when that ends (or
+        fills up): the rows arriving meanwhile join it instead of waiting for a flush
+        of their own, so a writer slower than the consumer gets fewer, larger flushes.
         """
         while True:
             if not self._pending:
@@ -393,6 +396,12 @@ class GroupCommitSink(abc.ABC):
             if delay > 0 and not self._kick.is_set() and not self._closing:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), delay)
+            if busy is not None and not busy.done() and not self._kick.is_set():
+                kicked = asyncio.ensure_future(self._kick.wait())
+                try:
+                    await asyncio.wait((busy, kicked), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    kicked.cancel()
             if self._kick.is_set():
                 self._starved = 0
             else:
