@@ -8,7 +8,12 @@ Two targets, each a ratio within this one run:
 * a table (``saveAsTable``, always Spark's writer) against Spark's own rate for
   writing the same Arrow batches (as many rows, the same body size, in batches
   of the sink's ``flush_rows``) with no consumer: ``createDataFrame`` and
-  ``saveAsTable`` per batch, nothing else (``--no-table`` skips both).
+  ``saveAsTable`` per batch, nothing else (``--no-table`` skips both). Spark
+  alone runs just before and just after the sink's table run and its rate is
+  their mean over time (200,000 rows in the mean of the two times): Spark's JIT
+  keeps speeding its writes up for several runs (30,000 -> 54,000 rows/s over
+  three identical runs on this machine), so a single run after the sink's would
+  credit Spark with the warming the sink's run did.
 
 The same N messages are consumed twice with the same consumer settings: once
 by a no-op async listener (the consume rate) and once delivered to the sink,
@@ -330,6 +335,13 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
             "spark_alone_rows_per_s": round(table.spark_rate, 1),
             "table_over_spark": round(table.ratio, 4),
             "table_rows": table.rows,
+            "table_flushes": table.stats.get("flushes"),
+            "table_seconds_writing": round(float(table.stats.get("seconds_writing", 0.0)), 3),
+            "table_seconds_arrow": round(float(table.stats.get("seconds_arrow", 0.0)), 3),
+            "table_first_ack_s": round(table.first_ack_s, 3),
+            "table_elapsed_s": round(table.elapsed_s, 3),
+            "spark_alone_before_rows_per_s": round(table.stats["spark_alone_before"], 1),
+            "spark_alone_after_rows_per_s": round(table.stats["spark_alone_after"], 1),
         }
         targets.append(at_least("table/spark", table.ratio, TARGET_TABLE_OVER_SPARK))
     return Result(
@@ -358,6 +370,9 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
             "warmup_s": round(warm_s, 2),
             "seconds_writing": round(float(stats.get("seconds_writing", 0.0)), 3),
             "seconds_arrow": round(float(stats.get("seconds_arrow", 0.0)), 3),
+            "sink_elapsed_s": round(sinked.elapsed_s, 3),
+            "sink_first_ack_s": round(sinked.first_s, 3),
+            "consume_elapsed_s": round(consume.elapsed_s, 3),
             **table_figures,
         },
         targets=targets,
@@ -369,6 +384,10 @@ class TableRun:
     sink_rate: float
     spark_rate: float
     rows: int
+    # the sink run's: its statistics, when its first flush was acknowledged, its wall time
+    stats: dict[str, Any]
+    first_ack_s: float
+    elapsed_s: float
 
     @property
     def ratio(self) -> float:
@@ -384,7 +403,7 @@ async def _table_runs(
     extra: dict[str, Any],
     out: Path,
 ) -> TableRun:
-    """The table output through the sink, then Spark alone writing such batches."""
+    """Spark alone writing such batches, the table output through the sink, Spark alone again."""
     conf = {k: v for k, v in extra.items() if k != "writer"}
     conf.setdefault("spark.sql.warehouse.dir", str(out / "warehouse"))
     name = unique("bench_sink_table")
@@ -398,11 +417,17 @@ async def _table_runs(
             args.timeout,
             args.await_write,
         )
-    sinked, _ = await sink_run(
+    before = await asyncio.to_thread(
+        spark_alone, args.messages, args.size, {"table": name + "_alone1", **conf}
+    )
+    sinked, stats = await sink_run(
         ns, topic, args.messages, options, {"table": name, **conf}, args.timeout, args.await_write
     )
     rows = await asyncio.to_thread(count_table, name)
-    alone = await asyncio.to_thread(
-        spark_alone, args.messages, args.size, {"table": name + "_alone", **conf}
+    after = await asyncio.to_thread(
+        spark_alone, args.messages, args.size, {"table": name + "_alone2", **conf}
     )
-    return TableRun(sinked.rate, alone, rows)
+    # The rate over the mean of the two times (the harmonic mean of the two rates).
+    alone = 2 / (1 / before + 1 / after)
+    stats = {**stats, "spark_alone_before": before, "spark_alone_after": after}
+    return TableRun(sinked.rate, alone, rows, stats, sinked.first_s, sinked.elapsed_s)
