@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import time
 
 from bench.cluster import Cluster
@@ -37,6 +38,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 if profile is not None:
                     profile.enable()
                 before = time.process_time()
+                sys_before = os.times().system
                 run = await consume_all(
                     cluster.namesrv_addr,
                     topic,
@@ -46,11 +48,15 @@ async def main_async(args: argparse.Namespace) -> None:
                     timeout=900,
                 )
                 used = time.process_time() - before
+                kernel = os.times().system - sys_before
                 if profile is not None:
                     profile.disable()
                 name = f"b{batch}_{kind}"
                 cpu.setdefault(name, []).append(used / run.count * 1e6)
-                print(f"{name}: {cpu[name][-1]:.2f} us CPU/msg, {run.rate:,.0f} msg/s")
+                print(
+                    f"{name}: {cpu[name][-1]:.2f} us CPU/msg "
+                    f"({kernel / run.count * 1e6:.2f} in the kernel), {run.rate:,.0f} msg/s"
+                )
         decoder = "compiled" if message_codec.SPEEDUPS else "pure Python"
         for name, values in cpu.items():
             rounds = ", ".join(f"{v:.2f}" for v in values)

@@ -14,7 +14,9 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -237,3 +239,57 @@ def test_process_queue_loops_match_the_python_ones(
             assert _state(compiled) == _state(pure)
     finally:
         process_queue._SPEEDUPS = loops
+
+
+def _python_first_key(order: deque[object], msgs: dict[object, object]) -> object:
+    pq = process_queue.ProcessQueue()
+    pq._order, pq._msgs = order, msgs  # type: ignore[assignment]
+    loops = process_queue._SPEEDUPS
+    process_queue._SPEEDUPS = None
+    try:
+        return pq._first_key()
+    finally:
+        process_queue._SPEEDUPS = loops
+
+
+def _outcome(call: Callable[[], object]) -> tuple[str, object]:
+    try:
+        return "ok", call()
+    except Exception as exc:  # the type is what must match
+        return "raised", type(exc)
+
+
+@needs_pq_extension
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(st.integers(-3, 12), st.just([1]), st.just("7"), st.none()), max_size=12
+    ),
+    st.lists(st.integers(-3, 12), max_size=12),
+)
+def test_first_key_matches_the_python_loop(head: list[object], held: list[int]) -> None:
+    """Unhashable, foreign and missing offsets included: same answer, same pops, same error."""
+    assert process_queue._SPEEDUPS is not None
+    first_key = process_queue._SPEEDUPS[2]
+    msgs: dict[object, object] = {off: _message(off, 1) for off in held}
+    order_c, order_py = deque(head), deque(head)
+    compiled = _outcome(lambda: first_key(order_c, msgs))  # type: ignore[arg-type]
+    pure = _outcome(lambda: _python_first_key(order_py, dict(msgs)))
+    assert compiled == pure
+    assert list(order_c) == list(order_py)
+
+
+@needs_pq_extension
+def test_first_key_takes_a_dict_and_any_order() -> None:
+    assert process_queue._SPEEDUPS is not None
+    with pytest.raises(TypeError):
+        process_queue._SPEEDUPS[2](deque([1]), [1])  # type: ignore[arg-type]
+    # Not a deque: the same answer, or the same error, as the Python loop.
+    first_key = process_queue._SPEEDUPS[2]
+    for order in (None, [], [5, 6], [6, 5]):
+        held: dict[object, object] = {6: _message(6, 1)}
+        compiled_order = list(order) if order is not None else None
+        compiled = _outcome(partial(first_key, compiled_order, held))  # type: ignore[arg-type]
+        pure = _outcome(partial(_python_first_key, order, held))  # type: ignore[arg-type]
+        assert compiled == pure, order
+    assert _outcome(partial(first_key, [5, 6], {})) == ("raised", AttributeError)  # type: ignore[arg-type]

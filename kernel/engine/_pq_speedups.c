@@ -10,6 +10,7 @@
 static PyObject *str_queue_offset = NULL;
 static PyObject *str_body = NULL;
 static PyObject *str_extend = NULL;
+static PyObject *str_popleft = NULL;
 
 /*
  * put_ascending(msgs: dict, order: deque, batch: list, held: int) -> (last, size) | None
@@ -136,11 +137,53 @@ done:
     return result;
 }
 
+/*
+ * first_key(order: deque, msgs: dict) -> int | None
+ *
+ * Pops the offsets ``msgs`` no longer holds from the left of ``order`` and
+ * returns the first one it holds, or None when ``order`` runs empty: an
+ * acknowledged pull leaves its offsets there, one Python loop turn each.
+ */
+static PyObject *first_key(PyObject *self, PyObject *args) {
+    PyObject *order, *msgs;
+    if (!PyArg_ParseTuple(args, "OO!", &order, &PyDict_Type, &msgs)) {
+        return NULL;
+    }
+    for (;;) {
+        int nonempty = PyObject_IsTrue(order);
+        if (nonempty <= 0) {
+            if (nonempty < 0) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        PyObject *head = PySequence_GetItem(order, 0);
+        if (head == NULL) {
+            return NULL;
+        }
+        int held = PyDict_Contains(msgs, head);
+        if (held != 0) {
+            if (held < 0) {
+                Py_DECREF(head);
+                return NULL;
+            }
+            return head;
+        }
+        Py_DECREF(head);
+        PyObject *popped = PyObject_CallMethodNoArgs(order, str_popleft);
+        if (popped == NULL) {
+            return NULL;
+        }
+        Py_DECREF(popped);
+    }
+}
+
 static PyMethodDef methods[] = {
     {"put_ascending", put_ascending, METH_VARARGS,
      "put_ascending(msgs, order, batch, held) -> (last_offset, size) or None"},
     {"remove_acked", remove_acked, METH_VARARGS,
      "remove_acked(msgs, started, batch) -> (removed, size)"},
+    {"first_key", first_key, METH_VARARGS, "first_key(order, msgs) -> first held offset or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -154,7 +197,9 @@ PyMODINIT_FUNC PyInit__pq_speedups(void) {
     str_queue_offset = PyUnicode_InternFromString("queue_offset");
     str_body = PyUnicode_InternFromString("body");
     str_extend = PyUnicode_InternFromString("extend");
-    if (str_queue_offset == NULL || str_body == NULL || str_extend == NULL) {
+    str_popleft = PyUnicode_InternFromString("popleft");
+    if (str_queue_offset == NULL || str_body == NULL || str_extend == NULL ||
+        str_popleft == NULL) {
         return NULL;
     }
     return PyModule_Create(&module);

@@ -491,12 +491,14 @@ class AsyncPushConsumer(ConsumerMember):
     ) -> int | None:
         mq, pq = req.mq, req.pq
         status = result.status
-        msgs = await self.pull_api.process(mq, sub, result)
+        msgs = self.pull_api.process_now(mq, sub, result)
+        if msgs is None:
+            msgs = await self.pull_api.process_hooked(mq, sub, result)
         if status is PullStatus.FOUND:
             prev = req.next_offset
             req.next_offset = result.next_begin_offset
-            self.stats.pull_rt(mq.topic, rt_ms)
             if not msgs:
+                self.stats.pull_rt(mq.topic, rt_ms)
                 return 0
             if result.next_begin_offset < prev or msgs[0].queue_offset < prev:
                 log.warning(
@@ -506,7 +508,7 @@ class AsyncPushConsumer(ConsumerMember):
                     msgs[0].queue_offset,
                     prev,
                 )
-            self.stats.pull_tps(mq.topic, len(msgs))
+            self.stats.pulled(mq.topic, rt_ms, len(msgs))
             if mq.topic != self.retry_topic:
                 # Retried messages are renamed with their original topic by reset_retry_topic.
                 self.unwrap_messages(msgs)

@@ -53,9 +53,10 @@ _PutAscending = Callable[
 _RemoveAcked = Callable[
     [dict[int, MessageExt], dict[int, int], Iterable[MessageExt]], tuple[int, int]
 ]
+_FirstKey = Callable[[deque[int], dict[int, MessageExt]], int | None]
 
 
-def _load_speedups() -> tuple[_PutAscending, _RemoveAcked] | None:
+def _load_speedups() -> tuple[_PutAscending, _RemoveAcked, _FirstKey] | None:
     """The compiled put and remove loops (_pq_speedups.c), unless absent or disabled.
 
     Optional as the record decoder's: ``RMQK_NO_EXTENSIONS=1`` or a build without
@@ -67,7 +68,7 @@ def _load_speedups() -> tuple[_PutAscending, _RemoveAcked] | None:
         from rmqk.engine import _pq_speedups
     except ImportError:
         return None
-    return _pq_speedups.put_ascending, _pq_speedups.remove_acked
+    return _pq_speedups.put_ascending, _pq_speedups.remove_acked, _pq_speedups.first_key
 
 
 _SPEEDUPS = _load_speedups()
@@ -206,6 +207,8 @@ class ProcessQueue:
     def _first_key(self) -> int | None:
         order = self._order
         msgs = self._msgs
+        if _SPEEDUPS is not None:
+            return _SPEEDUPS[2](order, msgs)
         while order and order[0] not in msgs:
             order.popleft()
         return order[0] if order else None

@@ -51,6 +51,10 @@ PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
 # The broker answered FLOW_CONTROL: it is busy, ask again soon.
 PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL = 20
 _MIB = 1024 * 1024
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+_LITE_PULL_MESSAGE = int(PullSysFlag.LITE_PULL_MESSAGE)
 # Java logs a flow-control notice on the 1st, 1001st, ... time the consumer holds a
 # queue back (one counter per consumer, not per queue: queueFlowControlTimes).
 _NOTICE_EVERY = 1000
@@ -224,19 +228,25 @@ class PullAPI:
         post_subscription: bool = True,
     ) -> PullResult | int:
         """Pull ``mq`` from ``offset``: the broker's result, or the delay in ms before retrying."""
-        found = await self.find_broker(mq)
+        # The broker is known but for a queue's first pull: no coroutine for the lookup.
+        found = self.client.find_broker_address_in_subscribe(
+            mq.broker_name, self.pull_from_which_node.get(mq, MASTER_ID), False
+        )
+        if found is None:
+            found = await self.find_broker(mq)
         if found is None:
             self.log.warning("The broker[%s] not exist", mq.broker_name)
             return self.exception_delay_ms
-        sys_flag = PullSysFlag.SUSPEND
+        # Plain ints: IntFlag arithmetic costs a few us per pull.
+        sys_flag = _SUSPEND
         # A slave must never commit offsets.
         if commit_offset > 0 and not found.slave:
-            sys_flag |= PullSysFlag.COMMIT_OFFSET
+            sys_flag |= _COMMIT_OFFSET
         if post_subscription:
-            sys_flag |= PullSysFlag.SUBSCRIPTION
+            sys_flag |= _SUBSCRIPTION
         sub_version = sub.sub_version
         if self.lite:
-            sys_flag |= PullSysFlag.LITE_PULL_MESSAGE
+            sys_flag |= _LITE_PULL_MESSAGE
             if sub.expression_type is ExpressionType.TAG:
                 sub_version = 0
         header = PullMessageRequest(
@@ -245,7 +255,7 @@ class PullAPI:
             queue_id=mq.queue_id,
             queue_offset=offset,
             max_msg_nums=self.batch_size,
-            sys_flag=int(sys_flag),
+            sys_flag=sys_flag,
             commit_offset=max(commit_offset, 0),
             suspend_timeout_millis=self.suspend_ms,
             subscription=sub.sub_string if post_subscription else None,
@@ -279,12 +289,33 @@ class PullAPI:
 
         Each message returned carries the queue's min and max offset of this pull.
         """
+        msgs = self.process_now(mq, sub, result)
+        if msgs is None:
+            msgs = await self.process_hooked(mq, sub, result)
+        return msgs
+
+    async def process_hooked(
+        self, mq: MessageQueue, sub: SubscriptionData, result: PullResult
+    ) -> list[MessageExt]:
+        """The rest of :meth:`process` after :meth:`process_now` returned None."""
+        msgs = await filter_pulled(self.group, mq, sub, list(result.messages), self.unit_mode)
+        if msgs:
+            stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
+        return msgs
+
+    def process_now(
+        self, mq: MessageQueue, sub: SubscriptionData, result: PullResult
+    ) -> list[MessageExt] | None:
+        """:meth:`process` without awaiting: None when ``rmqk_filter_message`` hooks must
+        run (then await :meth:`process_hooked` for the messages)."""
         self.pull_from_which_node[mq] = result.suggest_which_broker_id
         if result.skipped:
             self._report_skipped(mq, result)
         if result.status is not PullStatus.FOUND or not result.messages:
             return []
-        msgs = await filter_pulled(self.group, mq, sub, list(result.messages), self.unit_mode)
+        if get_plugin_manager().hook.rmqk_filter_message.get_hookimpls():
+            return None
+        msgs = _by_tag(sub, list(result.messages))
         if msgs:
             stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
         return msgs
@@ -315,14 +346,19 @@ async def filter_pulled(
     subscription's (PullAPIWrapper.processPullResult). This step always runs.
     Then the ``rmqk_filter_message`` hooks, only when some plugin implements one.
     """
-    if sub.expression_type is ExpressionType.TAG and sub.tags_set and not sub.class_filter_mode:
-        tags = sub.tags_set
-        msgs = [m for m in msgs if m.tags in tags]
+    msgs = _by_tag(sub, msgs)
     if not get_plugin_manager().hook.rmqk_filter_message.get_hookimpls():
         return msgs
     ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
     await call_event_hook("rmqk_filter_message", context=ctx)
     return ctx.messages
+
+
+def _by_tag(sub: SubscriptionData, msgs: list[MessageExt]) -> list[MessageExt]:
+    if sub.expression_type is ExpressionType.TAG and sub.tags_set and not sub.class_filter_mode:
+        tags = sub.tags_set
+        return [m for m in msgs if m.tags in tags]
+    return msgs
 
 
 def stamp_queue_offsets(msgs: list[MessageExt], min_offset: int, max_offset: int) -> None:

@@ -26,7 +26,10 @@ class _Counter:
     snap_at: float = attrs.field(factory=time.monotonic)
 
     def add(self, value: float, times: int = 1) -> None:
-        self._roll()
+        # _roll inlined: this runs a few times per pull.
+        now = time.monotonic()
+        if now - self.snap_at > WINDOW_S:
+            self.snap_total, self.snap_times, self.snap_at = self.total, self.times, now
         self.total += value
         self.times += times
 
@@ -68,6 +71,12 @@ class ConsumerStats:
 
     def pull_tps(self, topic: str, n: int) -> None:
         self.topics[topic].pull_tps.add(n)
+
+    def pulled(self, topic: str, rt_ms: float, n: int) -> None:
+        """A pull that found ``n`` messages: :meth:`pull_rt` and :meth:`pull_tps` at once."""
+        t = self.topics[topic]
+        t.pull_rt.add(rt_ms)
+        t.pull_tps.add(n)
 
     def consume_rt(self, topic: str, ms: float) -> None:
         self.topics[topic].consume_rt.add(ms)

@@ -21,6 +21,7 @@ from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
 from rmqk.options import OptionSpec
+from rmqk.plugins.consume.backlog import Backlog, Chunk
 from rmqk.plugins.consume.status import read_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.transport import ConsumeMessageDirectlyResult
@@ -49,15 +50,16 @@ def normalize_status(value: Any) -> ConsumeStatus | None:
     )
 
 
-class _Request:
-    """One chunk of a pulled batch on its way to the listener."""
+class _Acks:
+    """A queue's chunks acknowledged in this loop turn, and their listener time."""
 
-    __slots__ = ("mq", "msgs", "pq")
+    __slots__ = ("mq", "msgs", "rt_calls", "rt_ms")
 
-    def __init__(self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue) -> None:
-        self.msgs = msgs
-        self.pq = pq
+    def __init__(self, mq: MessageQueue, msgs: list[MessageExt]) -> None:
         self.mq = mq
+        self.msgs = msgs
+        self.rt_ms = 0.0
+        self.rt_calls = 0
 
 
 class ConcurrentConsumeService:
@@ -81,7 +83,7 @@ class ConcurrentConsumeService:
 
     def __init__(self, host: ConsumeHost, options: Mapping[str, Any]) -> None:
         self.host = host
-        self._queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self._queue: Backlog[Chunk] = Backlog()
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cleaner: asyncio.Task[None] | None = None
@@ -92,7 +94,7 @@ class ConcurrentConsumeService:
         self._busy = 0
         self._deferred = 0  # chunks whose listener returned a future not yet resolved
         self._deferred_futures: set[asyncio.Future[Any]] = set()
-        self._acks: dict[QueueView, tuple[MessageQueue, list[MessageExt]]] = {}
+        self._acks: dict[QueueView, _Acks] = {}
         self._retry_topic = host.retry_topic
         # Moving average of a sync listener call; starts high so that the first
         # groups are fair shares until calls are seen to be quick.
@@ -158,16 +160,20 @@ class ConcurrentConsumeService:
         size = self.host.options.consume_message_batch_max_size
         put = self._queue.put_nowait
         if len(msgs) <= size:
-            put(_Request(msgs, pq, mq))
+            put(Chunk(msgs, pq, mq))
             return
         for i in range(0, len(msgs), size):
-            put(_Request(msgs[i : i + size], pq, mq))
+            put(Chunk(msgs[i : i + size], pq, mq))
 
-    def _stamp(self, r: _Request, started: int) -> None:
+    def _stamp(self, r: Chunk, started: int) -> None:
         if r.mq.topic == self._retry_topic:
             self.host.reset_retry_topic(r.msgs)
         # When each message's consume began, for cleanExpiredMsg.
-        r.pq.consume_started.update(zip(map(_OFFSET, r.msgs), repeat(started)))
+        msgs = r.msgs
+        if len(msgs) == 1:
+            r.pq.consume_started[msgs[0].queue_offset] = started
+        else:
+            r.pq.consume_started.update(zip(map(_OFFSET, msgs), repeat(started)))
 
     async def _async_worker(self) -> None:
         """The worker for an async listener without consume hooks: one chunk, inline."""
@@ -178,7 +184,7 @@ class ConcurrentConsumeService:
         wants_context = invoker.wants_context
         perf = time.perf_counter
         while True:
-            r = await queue.get()
+            r = queue.take() or await queue.get()
             if r.pq.dropped or self._stopped:
                 continue
             if invoker.hooks_enabled():
@@ -214,8 +220,7 @@ class ConcurrentConsumeService:
             if (status is None or status is ConsumeStatus.CONSUME_SUCCESS) and (
                 ctx is None or ctx.ack_index >= len(r.msgs) - 1
             ):
-                host.stats.consume_rt(r.mq.topic, (perf() - start) * 1000)
-                self._ack(r)
+                self._ack(r, (perf() - start) * 1000)
                 continue
             try:
                 await self._finish(r, ctx, ListenerOutcome(status, None, (perf() - start) * 1000))
@@ -224,36 +229,45 @@ class ConcurrentConsumeService:
             except Exception:
                 log.exception("consume of %s failed unexpectedly", r.mq)
 
-    def _ack(self, r: _Request) -> None:
+    def _ack(self, r: Chunk, rt_ms: float | None = None) -> None:
         """A chunk consumed whole: acknowledged with the others of this loop turn.
 
         One removal from the process queue, one offset update and one stats entry
         per queue and turn instead of per chunk (a pull of 32 is 32 chunks at
-        batch size 1).
+        batch size 1). ``rt_ms``, the chunk's listener time, is summed into the
+        consumeRT figure the same way.
         """
         if r.pq.dropped:
+            if rt_ms is not None:
+                self.host.stats.consume_rt(r.mq.topic, rt_ms)
             return
         acks = self._acks
         if not acks:
             asyncio.get_running_loop().call_soon(self._flush_acks)
         entry = acks.get(r.pq)
         if entry is None:
-            acks[r.pq] = (r.mq, list(r.msgs))
+            acks[r.pq] = entry = _Acks(r.mq, list(r.msgs))
         else:
-            entry[1].extend(r.msgs)
+            entry.msgs.extend(r.msgs)
+        if rt_ms is not None:
+            entry.rt_ms += rt_ms
+            entry.rt_calls += 1
 
     def _flush_acks(self) -> None:
         acks, self._acks = self._acks, {}
         host = self.host
-        for pq, (mq, msgs) in acks.items():
+        for pq, entry in acks.items():
+            mq = entry.mq
+            if entry.rt_calls:
+                host.stats.add_consume_rt(mq.topic, entry.rt_ms, entry.rt_calls)
             if pq.dropped:
                 continue
-            host.stats.consume_ok(mq.topic, len(msgs))
-            host.acknowledge(mq, pq, msgs)
+            host.stats.consume_ok(mq.topic, len(entry.msgs))
+            host.acknowledge(mq, pq, entry.msgs)
 
     def _defer(
         self,
-        r: _Request,
+        r: Chunk,
         ctx: ConsumeConcurrentlyContext | None,
         future: asyncio.Future[Any],
         start: float,
@@ -279,8 +293,7 @@ class ConcurrentConsumeService:
             if status is ConsumeStatus.CONSUME_SUCCESS and (
                 ctx is None or ctx.ack_index >= len(r.msgs) - 1
             ):
-                self.host.stats.consume_rt(r.mq.topic, duration)
-                self._ack(r)
+                self._ack(r, duration)
                 return
             if not self._stopped:
                 self._spawn(self._finish(r, ctx, outcome))
@@ -288,7 +301,7 @@ class ConcurrentConsumeService:
         future.add_done_callback(settled)
 
     async def _finish(
-        self, r: _Request, ctx: ConsumeConcurrentlyContext | None, outcome: ListenerOutcome
+        self, r: Chunk, ctx: ConsumeConcurrentlyContext | None, outcome: ListenerOutcome
     ) -> None:
         """The general path for one chunk's outcome: partial acks and failures."""
         status = self._status(outcome)
@@ -345,7 +358,7 @@ class ConcurrentConsumeService:
             held[0] = False
             self._quick_gate.release()
 
-    async def _consume_group(self, group: list[_Request], held: list[bool] | None = None) -> None:
+    async def _consume_group(self, group: list[Chunk], held: list[bool] | None = None) -> None:
         invoker = self.host.listener
         live = [] if self._stopped else [r for r in group if not r.pq.dropped]
         if not live:
@@ -439,7 +452,7 @@ class ConcurrentConsumeService:
             return ConsumeStatus.RECONSUME_LATER
         return status
 
-    async def _consume(self, r: _Request) -> None:
+    async def _consume(self, r: Chunk) -> None:
         """One chunk with the consume hooks around it."""
         host = self.host
         self._stamp(r, int(time.time() * 1000))

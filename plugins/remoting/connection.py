@@ -280,6 +280,14 @@ class Connection(asyncio.Protocol):
             raise
         return future
 
+    def withdraw(self, cmd: RemotingCommand, future: asyncio.Future[RemotingCommand]) -> None:
+        """Forget a request whose caller stopped waiting (cancelled): its response,
+        if one still comes, then matches nothing."""
+        future.cancel()
+        entry = self.pending.get(cmd.opaque)
+        if entry is not None and entry.future is future:
+            del self.pending[cmd.opaque]
+
     async def send_oneway(self, cmd: RemotingCommand, serialize_type: SerializeType) -> None:
         cmd.mark_oneway()
         self._write(cmd, serialize_type)
@@ -484,10 +492,7 @@ class ConnectionPool:
             return await future
         finally:
             if not future.done():
-                future.cancel()
-                entry = conn.pending.get(cmd.opaque)
-                if entry is not None and entry.future is future:
-                    del conn.pending[cmd.opaque]
+                conn.withdraw(cmd, future)
 
     async def request_async(
         self, addr: str, cmd: RemotingCommand, timeout_ms: int

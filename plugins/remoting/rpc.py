@@ -128,8 +128,17 @@ class RemotingClient:
     def after_response(
         self, addr: str, request: RemotingCommand, response: RemotingCommand | None
     ) -> None:
-        if self._hook is not None:
-            self._hook.rmqk_after_response(address=addr, request=request, response=response)
+        hook = self._hook
+        if hook is None:
+            return
+        caller = hook.rmqk_after_response
+        # No plugin implements it by default, and a pluggy call costs several us
+        # per pull: skipped when none is registered (checked at every call, so a
+        # plugin registered later is called from then on).
+        impls = getattr(caller, "get_hookimpls", None)
+        if impls is not None and not impls():
+            return
+        caller(address=addr, request=request, response=response)
 
     # -- raw calls
 
@@ -147,7 +156,21 @@ class RemotingClient:
     ) -> RemotingCommand:
         """invokeSync without a timer of its own: the pool's sweep enforces the timeout,
         and a timeout leaves the connection open (what Java's invokeAsync pulls get)."""
-        return await self._call(addr, request, timeout_ms, swept=True)
+        pool = self._ensure_pool()
+        conn = pool.connection(addr)
+        if conn is None:
+            return await self._call(addr, request, timeout_ms, swept=True)
+        # The usual case, a connection already open: the same steps as _call and
+        # ConnectionPool.request_swept in one coroutine (this runs for every pull).
+        self.before_request(addr, request)
+        future = conn.request_async(request, self._timeout(timeout_ms), pool.serialize_type)
+        try:
+            response = await future
+        finally:
+            if not future.done():
+                conn.withdraw(request, future)
+        self.after_response(addr, request, response)
+        return response
 
     async def _call(
         self, addr: str, request: RemotingCommand, timeout_ms: int | None, *, swept: bool
