@@ -1,4 +1,4 @@
-"""The optional compiled record decoder, process-queue loops and Spark column builder.
+"""The optional compiled record decoder, header codec, process-queue loops and Spark columns.
 
 Everything else is in pyproject.toml.
 
@@ -14,6 +14,11 @@ setup(
         Extension(
             "rmqk.plugins.remoting._speedups",
             sources=["plugins/remoting/_speedups.c"],
+            optional=True,
+        ),
+        Extension(
+            "rmqk.plugins.remoting._headers",
+            sources=["plugins/remoting/_headers.c"],
             optional=True,
         ),
         Extension(

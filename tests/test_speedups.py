@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from rmqk.engine import process_queue
 from rmqk.message import MessageExt
-from rmqk.plugins.remoting import message_codec
+from rmqk.plugins.remoting import compiled_headers, message_codec
 from rmqk.plugins.remoting.message_codec import (
     _SLOT_ORDER,
     MAGIC_CODE_V1,
@@ -166,6 +166,7 @@ def test_a_built_extension_is_used() -> None:
     """A drift between MessageExt's slots and the C decoder's must not go unnoticed."""
     for module, used in (
         ("rmqk.plugins.remoting._speedups", message_codec.SPEEDUPS),
+        ("rmqk.plugins.remoting._headers", compiled_headers.ENCODE is not None),
         ("rmqk.engine._pq_speedups", process_queue._SPEEDUPS is not None),
         ("rmqk.plugins.spark._columns", columns.SPEEDUPS),
     ):

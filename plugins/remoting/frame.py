@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from rmqk.errors import FrameError
+from rmqk.plugins.remoting.compiled_headers import DECODE as _compiled_decode_header
+from rmqk.plugins.remoting.compiled_headers import ENCODE as _compiled_header
 from rmqk.protocol import LanguageCode, RemotingCommand
 
 __all__ = [
@@ -119,7 +121,34 @@ def _language_byte(language: int | str) -> int:
 _json_str = json.encoder.encode_basestring
 
 
+# The JSON text of each language a header can name without the slow path: the
+# enum members, their values and their names (all give the same text there).
+_LANGUAGE_TEXT: dict[object, str] = {
+    **{code: code.name for code in LanguageCode},
+    **{code.name: code.name for code in LanguageCode},
+}
+
+
 def _json_header(cmd: RemotingCommand) -> bytes:
+    compiled = _compiled_header
+    if compiled is not None:
+        language = _LANGUAGE_TEXT.get(cmd.language)
+        if language is not None:
+            header = compiled(
+                cmd.code,
+                cmd.ext_fields,
+                cmd.flag,
+                language,
+                cmd.opaque,
+                cmd.remark,
+                cmd.version,
+            )
+            if header is not None:
+                return header
+    return _python_json_header(cmd)
+
+
+def _python_json_header(cmd: RemotingCommand) -> bytes:
     where = "JSON header"
     code, version, opaque, flag = cmd.code, cmd.version, cmd.opaque, cmd.flag
     for name, value in (("code", code), ("version", version), ("opaque", opaque), ("flag", flag)):
@@ -280,6 +309,23 @@ def _json_language(value: object) -> int | str:
 
 
 def _decode_json_header(header: bytes) -> RemotingCommand:
+    parts = None if _compiled_decode_header is None else _compiled_decode_header(header)
+    if parts is None:
+        return _python_decode_json_header(header)
+    code, fields, flag, language, opaque, remark, version = parts
+    cmd = RemotingCommand(
+        code,
+        remark=remark,
+        opaque=opaque,
+        flag=flag,
+        language=_json_language(language),
+        version=version,
+    )
+    cmd.ext_fields = fields
+    return cmd
+
+
+def _python_decode_json_header(header: bytes) -> RemotingCommand:
     try:
         obj = json.loads(header.decode("utf-8"))
     except UnicodeDecodeError as exc:
