@@ -19,6 +19,7 @@ from collections import deque
 from typing import Generic, TypeVar
 
 from rmqk.consume_host import QueueView
+from rmqk.engine.listener import ConsumeConcurrentlyContext
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 
@@ -28,14 +29,20 @@ T = TypeVar("T")
 
 
 class Chunk:
-    """One chunk of a pulled batch on its way to the listener."""
+    """One chunk of a pulled batch on its way to the listener.
 
-    __slots__ = ("mq", "msgs", "pq")
+    A chunk whose listener returned a future also keeps what settling it needs
+    (``ctx``, ``start``): no closure per chunk in flight (see ``_defer``).
+    """
+
+    __slots__ = ("ctx", "mq", "msgs", "pq", "start")
 
     def __init__(self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue) -> None:
         self.msgs = msgs
         self.pq = pq
         self.mq = mq
+        self.ctx: ConsumeConcurrentlyContext | None = None
+        self.start = 0.0
 
 
 class Backlog(Generic[T]):

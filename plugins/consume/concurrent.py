@@ -9,6 +9,8 @@ offset is the lowest offset still in flight, so nothing is skipped.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import time
 from collections.abc import Coroutine, Mapping
@@ -22,6 +24,7 @@ from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
 from rmqk.options import OptionSpec
 from rmqk.plugins.consume.backlog import Backlog, Chunk
+from rmqk.plugins.consume.expired import clean_expired_loop, clean_expired_messages
 from rmqk.plugins.consume.status import read_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.transport import ConsumeMessageDirectlyResult
@@ -39,8 +42,6 @@ MAX_GROUP = 64
 GROUP_BUDGET_MS = 5.0
 # Sync calls quicker than this (moving average) run one group at a time.
 QUICK_CALL_MS = 0.5
-# cleanExpiredMsg looks at no more than this many messages at a queue's head.
-EXPIRED_SCAN_LIMIT = 16
 
 
 def normalize_status(value: Any) -> ConsumeStatus | None:
@@ -93,7 +94,13 @@ class ConcurrentConsumeService:
         self.worker_count = opts.consume_thread_min
         self._busy = 0
         self._deferred = 0  # chunks whose listener returned a future not yet resolved
-        self._deferred_futures: set[asyncio.Future[Any]] = set()
+        # Each deferred future and its chunk: one bound method settles them all.
+        self._deferred_futures: dict[asyncio.Future[Any], Chunk] = {}
+        self._on_settled = self._settled
+        # The context the done callbacks run in: one, not a copy per call (a sink keeps
+        # thousands of chunks in flight, and each copy is one more object for the
+        # cyclic GC to walk). They set no context variable; they log and spawn tasks.
+        self._callback_context = contextvars.copy_context()
         self._acks: dict[QueueView, _Acks] = {}
         self._retry_topic = host.retry_topic
         # Moving average of a sync listener call; starts high so that the first
@@ -103,7 +110,8 @@ class ConcurrentConsumeService:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._cleaner = loop.create_task(self._clean_expired_loop())
+        self._callback_context = contextvars.copy_context()
+        self._cleaner = loop.create_task(clean_expired_loop(self.host))
         worker = self._worker if not self.host.listener.is_async else self._async_worker
         self._workers = [
             loop.create_task(worker(), name=f"ConsumeMessageThread_{i}")
@@ -243,7 +251,7 @@ class ConcurrentConsumeService:
             return
         acks = self._acks
         if not acks:
-            asyncio.get_running_loop().call_soon(self._flush_acks)
+            asyncio.get_running_loop().call_soon(self._flush_acks, context=self._callback_context)
         entry = acks.get(r.pq)
         if entry is None:
             acks[r.pq] = entry = _Acks(r.mq, list(r.msgs))
@@ -274,31 +282,41 @@ class ConcurrentConsumeService:
     ) -> None:
         """Settle a chunk when the future its listener returned resolves."""
         self._deferred += 1
-        self._deferred_futures.add(future)
+        r.ctx = ctx
+        r.start = start
+        if future in self._deferred_futures:
+            # One future for several chunks (the listener's choice): a callback each.
+            future.add_done_callback(
+                functools.partial(self._settle, r), context=self._callback_context
+            )
+            return
+        self._deferred_futures[future] = r
+        future.add_done_callback(self._on_settled, context=self._callback_context)
 
-        def settled(fut: asyncio.Future[Any]) -> None:
-            self._deferred -= 1
-            self._deferred_futures.discard(fut)
-            if fut.cancelled() and self._stopped:
-                return  # given up at shutdown: the batch stays unacknowledged
-            duration = (time.perf_counter() - start) * 1000
-            if fut.cancelled():
-                outcome = ListenerOutcome(
-                    None, asyncio.CancelledError("the listener's future was cancelled"), duration
-                )
-            else:
-                exc = fut.exception()
-                outcome = ListenerOutcome(fut.result() if exc is None else None, exc, duration)
-            status = self._status(outcome)
-            if status is ConsumeStatus.CONSUME_SUCCESS and (
-                ctx is None or ctx.ack_index >= len(r.msgs) - 1
-            ):
-                self._ack(r, duration)
-                return
-            if not self._stopped:
-                self._spawn(self._finish(r, ctx, outcome))
+    def _settled(self, fut: asyncio.Future[Any]) -> None:
+        self._settle(self._deferred_futures.pop(fut), fut)
 
-        future.add_done_callback(settled)
+    def _settle(self, r: Chunk, fut: asyncio.Future[Any]) -> None:
+        self._deferred -= 1
+        if fut.cancelled() and self._stopped:
+            return  # given up at shutdown: the batch stays unacknowledged
+        ctx = r.ctx
+        duration = (time.perf_counter() - r.start) * 1000
+        if fut.cancelled():
+            outcome = ListenerOutcome(
+                None, asyncio.CancelledError("the listener's future was cancelled"), duration
+            )
+        else:
+            exc = fut.exception()
+            outcome = ListenerOutcome(fut.result() if exc is None else None, exc, duration)
+        status = self._status(outcome)
+        if status is ConsumeStatus.CONSUME_SUCCESS and (
+            ctx is None or ctx.ack_index >= len(r.msgs) - 1
+        ):
+            self._ack(r, duration)
+            return
+        if not self._stopped:
+            self._spawn(self._finish(r, ctx, outcome))
 
     async def _finish(
         self, r: Chunk, ctx: ConsumeConcurrentlyContext | None, outcome: ListenerOutcome
@@ -540,33 +558,9 @@ class ConcurrentConsumeService:
 
         self._spawn(later())
 
-    async def _clean_expired_loop(self) -> None:
-        period = self.host.options.consume_timeout * 60
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self.clean_expired_messages()
-            except Exception:
-                log.exception("cleanExpiredMsg failed")
-
     async def clean_expired_messages(self) -> None:
         """Send back (delay level 3) messages whose consume began over consume_timeout ago."""
-        host = self.host
-        limit_ms = host.options.consume_timeout * 60_000
-        now = int(time.time() * 1000)
-        for mq, pq in host.process_queues():
-            for msg in pq.head_messages(EXPIRED_SCAN_LIMIT):
-                started = pq.consume_started.get(msg.queue_offset)
-                if started is None or now - started <= limit_ms:
-                    break
-                try:
-                    await host.send_message_back(msg, 3, mq.broker_name)
-                except Exception:
-                    log.exception("send expire msg back failed: %s", msg)
-                    break
-                log.info("send expire msg back. topic=%s, offset=%d", msg.topic, msg.queue_offset)
-                if pq.first_offset() == msg.queue_offset:
-                    host.acknowledge(mq, pq, [msg])
+        await clean_expired_messages(self.host)
 
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None

@@ -36,21 +36,33 @@ class Part(Protocol):
     def slice(self, offset: int = 0, length: int | None = None) -> Any: ...
 
 
-class Pending:
-    """One buffered batch: its future, and where its rows are once built."""
+class _Buffer(Protocol):
+    def _withdraw(self, entry: Pending) -> None: ...
 
-    __slots__ = ("at", "built", "bytes", "future", "messages", "part", "queue", "row")
+
+class Pending(asyncio.Future[None]):
+    """One buffered batch, and the future ``submit`` returns for it.
+
+    The batch is its own future: a sink keeps a whole window of batches (some
+    6,000) in flight, and every object each one holds up is walked by each full
+    collection of the cyclic garbage collector. So no separate future, and no
+    done callback to withdraw a cancelled batch: :meth:`cancel` does it.
+    """
+
+    __slots__ = ("at", "built", "bytes", "messages", "owner", "part", "queue", "row")
 
     def __init__(
         self,
+        loop: asyncio.AbstractEventLoop,
+        owner: _Buffer,
         queue: MessageQueue,
         messages: Sequence[MessageExt],
-        future: asyncio.Future[None],
         at: float,
     ) -> None:
+        super().__init__(loop=loop)
+        self.owner = owner
         self.queue = queue
         self.messages = messages
-        self.future = future
         self.at = at
         self.bytes = sum(len(m.body) for m in messages)
         # Taken by the builder (or by a flush, or withdrawn): no longer to build ahead.
@@ -58,6 +70,17 @@ class Pending:
         # The part holding this batch's rows from row ``row`` on, once built.
         self.part: Any = None
         self.row = 0
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        """Cancel, and take the batch out of the buffer if no flush has taken it yet.
+
+        Every cancellation comes through here: a direct call, and a task (or
+        ``wait_for``, ``gather``) cancelled while awaiting this future.
+        """
+        if not super().cancel(msg):
+            return False
+        self.owner._withdraw(self)
+        return True
 
 
 class PartBuilder:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Iterable, Sequence
@@ -241,8 +240,8 @@ class GroupCommitSink(abc.ABC):
         self._closing = True
         pending, self._pending = list(self._pending), {}
         for entry in pending:
-            if not entry.future.done():
-                entry.future.set_exception(
+            if not entry.done():
+                entry.set_exception(
                     RuntimeError(
                         f"the {self.sink_name} sink writing {self.target} stopped: {error}"
                     )
@@ -277,7 +276,7 @@ class GroupCommitSink(abc.ABC):
             done: asyncio.Future[None] = loop.create_future()
             done.set_result(None)
             return done
-        return self._submit(loop, queue, messages).future
+        return self._submit(loop, queue, messages)
 
     async def write(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
         """Buffer a batch and wait for the flush that covers it (``await submit``)."""
@@ -287,12 +286,12 @@ class GroupCommitSink(abc.ABC):
             await self.start()
         entry = self._submit(asyncio.get_running_loop(), queue, messages)
         try:
-            await asyncio.shield(entry.future)
+            await asyncio.shield(entry)
         except asyncio.CancelledError:
             # A consumer shutting down gave up on this batch: do not write it if the
             # flush has not taken it yet (it will be consumed again).
             self._withdraw(entry)
-            entry.future.cancel()
+            entry.cancel()
             raise
 
     def _submit(
@@ -304,7 +303,7 @@ class GroupCommitSink(abc.ABC):
         if self._closing:
             raise RuntimeError(f"the {self.sink_name} sink writing {self.target} is closed")
         now = time.monotonic()
-        entry = Pending(queue, messages, loop.create_future(), now)
+        entry = Pending(loop, self, queue, messages, now)
         if self.stats.first_write_at is None:
             self.stats.first_write_at = now
         if not self._pending:
@@ -318,15 +317,13 @@ class GroupCommitSink(abc.ABC):
             self._kick.set()
         if self._parts is not None:
             self._parts.added(entry, loop)
-        entry.future.add_done_callback(functools.partial(self._cancelled, entry))
         return entry
 
-    def _cancelled(self, entry: Pending, future: asyncio.Future[None]) -> None:
-        if future.cancelled():
-            self._withdraw(entry)
-
     def _withdraw(self, entry: Pending) -> None:
-        """Take a cancelled batch out of the buffer if no flush has taken it yet."""
+        """Take a cancelled batch out of the buffer if no flush has taken it yet.
+
+        Called by ``entry.cancel()``, at once, not from a done callback.
+        """
         if self._pending.pop(entry, False) is None:
             self._rows -= len(entry.messages)
             self._bytes -= entry.bytes
@@ -456,8 +453,8 @@ class GroupCommitSink(abc.ABC):
             now - started,
         )
         for entry in batch:
-            if not entry.future.done():
-                entry.future.set_result(None)
+            if not entry.done():
+                entry.set_result(None)
 
     def _failed(self, batch: list[Pending], exc: BaseException) -> None:
         self.stats.failed_flushes += 1
@@ -469,8 +466,8 @@ class GroupCommitSink(abc.ABC):
             exc,
         )
         for entry in batch:
-            if not entry.future.done():
-                entry.future.set_exception(exc)
+            if not entry.done():
+                entry.set_exception(exc)
 
     def _hint_when_starved(self) -> None:
         """Say once if timer flushes find writers waiting and nothing new coming."""
