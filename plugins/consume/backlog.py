@@ -37,12 +37,14 @@ class Chunk:
 
     __slots__ = ("ctx", "mq", "msgs", "pq", "start")
 
+    # Set by ``_defer`` only: a chunk settled inline never pays for them.
+    ctx: ConsumeConcurrentlyContext | None
+    start: float
+
     def __init__(self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue) -> None:
         self.msgs = msgs
         self.pq = pq
         self.mq = mq
-        self.ctx: ConsumeConcurrentlyContext | None = None
-        self.start = 0.0
 
 
 class Backlog(Generic[T]):
