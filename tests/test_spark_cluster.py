@@ -262,6 +262,9 @@ async def test_sink_writes_through_both_workers_exactly_once(
         "exactly_once": True,
         "flush_rows": 2000,
         "flush_seconds": 0.5,
+        # One file per flush (the default) is one task, run by whichever executor is
+        # free: let Spark split each flush so that both executors write.
+        "files_per_flush": 0,
     }
     if "writer" in attrs.fields_dict(SinkOptions):
         sink_options["writer"] = "spark"  # Parquet is otherwise written by pyarrow, no executor
