@@ -180,10 +180,12 @@ async def run_config(
     names: Sequence[str] | None = None,
     on_started: Callable[[Sequence[ComposedConsumer]], None] | None = None,
     on_stopped: Callable[[Sequence[ComposedConsumer]], None] | None = None,
+    on_created: Callable[[ComposedConsumer], None] | None = None,
 ) -> None:
     """Start every composed consumer (or those named), run until ``stop`` is set, stop them.
 
-    ``on_stopped`` gets the consumers that ran, once every one of them is stopped.
+    ``on_stopped`` gets the consumers that ran, once every one of them is stopped;
+    ``on_created`` gets each one before it starts (a worker pauses it there).
     """
     specs = [s for s in config.consumers if not names or s.name in names]
     if names:
@@ -200,6 +202,8 @@ async def run_config(
         for spec in specs:
             try:
                 composed = ComposedConsumer(spec)
+                if on_created is not None:
+                    on_created(composed)
                 await composed.start()
             except ConfigError as exc:
                 # Plugin factories name placeholders; here the file and table are known.

@@ -7,10 +7,11 @@ allocation strategy spreads the group's queues over them as over any N
 members. The supervisor holds no consumer and no connection; it
 
 * starts every worker in a fresh interpreter (multiprocessing ``spawn``) and lets
-  the first ones start their consumers together, once all have reported ready
-  (or ``start_together_timeout`` after the launch), so the group's queues are
-  dealt out once rather than taken by the quickest worker and handed over as the
-  others come up; a restarted worker starts at once,
+  the first ones consume together, once all have reported ready (consumer
+  started paused, so registered with the brokers but holding no queue) or
+  ``start_together_timeout`` after the launch: the group's queues are dealt out
+  once rather than taken by the quickest worker and handed over as the others
+  come up; a restarted worker consumes at once,
 * restarts a worker that dies, after 1, 2, 4, ... seconds (capped); a worker that
   keeps dying within ``stable_after`` seconds of its start is given up on after
   ``give_up_after`` tries, and then everything stops and the run exits 1 with

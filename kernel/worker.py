@@ -8,12 +8,16 @@ flushed, batches acknowledged, offsets committed. Its log records and its
 counters go to the supervisor over the pipe; when the pipe breaks (the
 supervisor is gone) the worker stops itself rather than run unsupervised.
 
-Before its consumer starts, the worker reports :class:`WorkerReady` (interpreter
-up, modules imported, configuration checked) and waits for the supervisor's word
-on the same pipe: the first workers of a run start consuming together, so no
-worker takes every queue while its siblings are still importing, only to hand
-most of them over a moment later (re-pulling, and delivering twice what was in
-flight, as any rebalance does).
+The worker starts its consumer paused: the start registers it with the brokers
+(its heartbeat is answered before the start returns) but no rebalance takes a
+queue. Only then does it report :class:`WorkerReady` and wait for the
+supervisor's word on the same pipe, and on the word it resumes, which rebalances
+at once. The first workers of a run get the word together, once all are ready,
+so each one's first rebalance already sees every sibling in the group: no worker
+takes queues while its siblings are still importing or registering, only to hand
+them over a moment later (re-pulling, and delivering twice what was in flight, as
+any rebalance does). Java's own start sends its heartbeat before its first
+rebalance too, but that orders one client, not N processes starting together.
 """
 
 from __future__ import annotations
@@ -145,26 +149,44 @@ async def _run(job: WorkerJob, pipe: _Pipe) -> None:
     config = worker_config(load_config(job.config_path), job.identity)
     # Imports the plugins (the sink's module too) while the siblings start, not after.
     preflight(config)
-    if not await _wait_for_go(pipe, stop):
-        return
     running: list[Any] = []
-    reporter: list[asyncio.Task[None]] = []
+    consuming: list[asyncio.Task[None]] = []
+
+    def created(composed: Any) -> None:
+        # No rebalance until the go: see the module's docstring.
+        composed.consumer.pause()
 
     def started(consumers: Sequence[Any]) -> None:
         running.extend(consumers)
-        if not pipe.send(WorkerStarted(os.getpid())):
-            stop.set()
-        reporter.append(asyncio.get_running_loop().create_task(_report(job, pipe, running, stop)))
+        consuming.append(
+            asyncio.get_running_loop().create_task(_consume_on_go(job, pipe, running, stop))
+        )
 
     try:
-        await run_config(config, stop, [job.identity.consumer], started)
+        await run_config(config, stop, [job.identity.consumer], started, on_created=created)
     finally:
         stop.set()
-        for task in reporter:
+        for task in consuming:
             await task
     if running:
         figures = attrs.evolve(_figures(running[0], None), final=True, queues=0, cached=0)
         pipe.send(figures)
+
+
+async def _consume_on_go(
+    job: WorkerJob, pipe: _Pipe, running: list[Any], stop: asyncio.Event
+) -> None:
+    """Report ready, resume the paused consumers on the go, then report figures until stopped."""
+    if not await _wait_for_go(pipe, stop):
+        # Stopped first: the consumers stop as they are, holding no queue.
+        stop.set()
+        return
+    for composed in running:
+        composed.consumer.resume()
+    if not pipe.send(WorkerStarted(os.getpid())):
+        stop.set()
+        return
+    await _report(job, pipe, running, stop)
 
 
 async def _wait_for_go(pipe: _Pipe, stop: asyncio.Event) -> bool:

@@ -112,10 +112,10 @@ class WorkerFigures:
 
 @attrs.frozen
 class WorkerReady:
-    """The worker has its interpreter, imports and configuration, and waits to start.
+    """The worker's consumer started paused: registered with the brokers, holding no queue.
 
-    The supervisor starts the first workers' consumers together (see
-    :mod:`rmqk.supervisor`), so none consumes while a sibling is still starting.
+    The supervisor tells the first workers to consume together, once all are
+    ready (see :mod:`rmqk.supervisor`), so each one's first rebalance sees them all.
     """
 
     pid: int
@@ -123,7 +123,7 @@ class WorkerReady:
 
 @attrs.frozen
 class WorkerStarted:
-    """The worker's consumer started (its queues come with the next rebalance)."""
+    """The worker's consumer resumed on the go (its queues come with the rebalance that follows)."""
 
     pid: int
 
