@@ -130,6 +130,38 @@ def test_two_workers_split_the_queues_and_consume_each_message_once(
     assert len(_jsonl(tmp_path)) == 2100
 
 
+def test_four_workers_starting_on_a_backlog_deliver_almost_nothing_twice(
+    broker: Any, tmp_path: Path
+) -> None:
+    """Each worker's first rebalance already sees all four: no queue moves after it.
+
+    Before workers registered ahead of the go, the first to rebalance took the
+    queues of a smaller group and handed them over a moment later: up to a tenth
+    of a backlog was delivered twice. A queue can still move if a worker is slow
+    past the start-together timeout, which a loaded test machine should not reach;
+    the bound leaves room for a stray rebalance, far below what the race gave.
+    """
+    ns = broker.namesrv_addr
+    create = rmqk("admin", "topic", "create", "Backlog", "--namesrv", ns, "--queues", "16")
+    assert create.returncode == 0, create.stderr
+    total = 20_000
+    assert produce(ns, "Backlog", "--count", str(total), "--batch", "200").returncode == 0
+    config = tmp_path / "c.toml"
+    sink = f'sink = "jsonl"\nsink_options = {{ path = "{tmp_path / "out.jsonl"}" }}'
+    config.write_text(_consumer("backlog", ns, "Backlog", sink, processes=4))
+    proc = start_rmqk("run", str(config))
+    try:
+        _until(lambda: len(set(_jsonl(tmp_path))) >= total, 120, why=f"{total:,} records")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    records = _jsonl(tmp_path)
+    assert len(set(records)) == total
+    twice = len(records) - total
+    assert twice <= total // 200, f"{twice:,} of {total:,} delivered twice"
+
+
 def test_a_worker_killed_with_9_is_restarted_and_the_sqlite_sink_stays_exactly_once(
     broker: Any, tmp_path: Path
 ) -> None:

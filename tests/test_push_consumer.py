@@ -297,3 +297,34 @@ async def test_pause_stops_delivery_and_resume_restarts_it(broker: Any) -> None:
         await c.shutdown()
     expected = [f"a{i}".encode() for i in range(20)] + [f"b{i}".encode() for i in range(20)]
     assert sorted(got) == sorted([*expected, b"flush0", b"flush1"])
+
+
+async def test_a_consumer_paused_before_start_registers_but_takes_no_queue_until_resumed(
+    broker: Any,
+) -> None:
+    """What a worker of ``processes = N`` relies on: register first, rebalance on the go."""
+    await create_topic(broker, "Held", 4)
+    await produce(broker.namesrv_addr, "Held", (f"h{i}".encode() for i in range(40)))
+    got: list[bytes] = []
+    first = await collecting(broker, "g-held", "Held", got)
+    late = consumer(broker, "g-held")
+    late.subscribe("Held")
+    late.register_listener(lambda msgs: got.extend(m.body for m in msgs))
+    late.pause()
+    await late.start()
+    try:
+        # Its start answered its heartbeat: the broker counts it in the group at once.
+        ids = await late.client.find_consumer_id_list("Held", "g-held")
+        assert ids is not None and late.client.client_id in ids
+        # The member started first sees two members and keeps half the queues; the
+        # paused one's rebalances (its first, the broker's notification) take none.
+        first.client.rebalance_immediately()
+        await wait_for(lambda: len(held_queues(first, "Held")) == 2, 15, "the first's half")
+        await asyncio.sleep(1)
+        assert held_queues(late, "Held") == set()
+        late.resume()
+        await wait_for(lambda: len(held_queues(late, "Held")) == 2, 15, "queues on resume")
+        await wait_for(lambda: len(set(got)) == 40, 15, "every message")
+    finally:
+        await late.shutdown()
+        await first.shutdown()
