@@ -117,13 +117,19 @@ class CommitLog:
         self.path = directory / "commits.log"
         self._position = 0
         self._partial = b""
+        self._ensured = False
 
     def ensure(self) -> None:
+        # Once per object: the log is never deleted, and each check is syscalls that
+        # give the GIL up in the writer thread (a wait for the event loop to hand it back).
+        if self._ensured:
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.close(fd)
             _fsync_dir(self.directory)
+        self._ensured = True
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -196,6 +202,27 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _remove_emptied(root: Path, files: tuple[str, ...]) -> None:
+    """Remove a published flush's staging folder, emptied of ``files`` by the renames.
+
+    rmdir of the folders the files were in, deepest first (rmtree would list and
+    stat each of them); anything else left there (a retried publish, a stray
+    file) falls back to rmtree.
+    """
+    folders: set[str] = set()
+    for rel in files:
+        parent = os.path.dirname(rel)
+        while parent:
+            folders.add(parent)
+            parent = os.path.dirname(parent)
+    try:
+        for folder in sorted(folders, key=lambda f: (-f.count(os.sep), f)):
+            os.rmdir(root / folder)
+        os.rmdir(root)
+    except OSError:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def data_files(root: Path) -> list[str]:
     """Files under ``root`` that are data (no ``_SUCCESS``, ``.crc`` or temporary files),
     as paths relative to it, partition directories included."""
@@ -260,23 +287,33 @@ class StagingArea:
         shutil.rmtree(self.flush_dir(seq), ignore_errors=True)
 
     def publish(self, entry: CommitEntry) -> None:
-        """Move a committed flush's files into the output; safe to repeat."""
+        """Move a committed flush's files into the output; safe to repeat.
+
+        One rename per file when its folder exists (the usual case); the checks
+        run only when a rename fails. Each syscall in the writer thread gives the
+        GIL up, and getting it back from a busy event loop is what a flush's
+        fixed cost mostly was.
+        """
         src_root = self.root / "staging" / entry.owner / f"{entry.seq:08d}"
         missing = []
         for rel in entry.files:
             src = src_root / rel
             dst = self.output / rel
-            if src.exists():
-                dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
                 os.replace(src, dst)
-            elif not dst.exists():
-                missing.append(rel)
+            except FileNotFoundError:
+                if src.exists():
+                    # A partition folder this output does not have yet.
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(src, dst)
+                elif not dst.exists():
+                    missing.append(rel)
         if missing:
             raise RmqkError(
                 f"flush {entry.flush_id} is committed but {len(missing)} of its files are in "
                 f"neither {src_root} nor {self.output}: {', '.join(missing[:3])}"
             )
-        shutil.rmtree(src_root, ignore_errors=True)
+        _remove_emptied(src_root, entry.files)
 
     def reconcile(self) -> ReconcileReport:
         """Finish or undo what dead writers left in staging (live writers hold their lock)."""

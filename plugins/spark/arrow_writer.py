@@ -17,12 +17,15 @@ primitive fields, or a flush whose bodies pyarrow rejects (Spark's
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from rmqk.plugins.spark.columns import COLUMN_NAMES
 
@@ -75,6 +78,24 @@ _PARTITIONABLE_JSON_TYPES = frozenset(
     {"STRING", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT", "BYTE",
      "BOOLEAN"}
 )  # fmt: skip
+
+
+@attrs.frozen
+class _Scalars:
+    newline: pa.Scalar[Any]
+    empty_string: pa.Scalar[Any]
+    null_string: pa.Scalar[Any]
+
+
+@functools.cache
+def _scalars() -> _Scalars:
+    """Arrow scalars made once: pyarrow makes one of a Python value on each call, and
+    tries to import dateutil (absent, so never cached) each time it does."""
+    import pyarrow as pa
+
+    return _Scalars(
+        pa.scalar(b"\n", pa.binary()), pa.scalar("", pa.string()), pa.scalar(None, pa.string())
+    )
 
 
 def flat_json_type_names(ddl: str) -> dict[str, str] | None:
@@ -145,7 +166,7 @@ def decode_json_bodies(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table | N
     if bodies.null_count or len(bodies) == 0:
         return None
     lines = pa.ListArray.from_arrays(pa.array([0, len(bodies)], pa.int32()), bodies)
-    joined = pc.binary_join(lines, b"\n")[0].as_buffer()
+    joined = pc.binary_join(lines, _scalars().newline)[0].as_buffer()
     # A line break inside a body: the join adds exactly len - 1 of them. One scan of
     # the joined bytes (memchr speed) instead of a substring search per body.
     text = joined.to_pybytes()
@@ -248,7 +269,8 @@ class ArrowFileWriter:
             column = table[k].combine_chunks()
             if pa.types.is_string(column.type):
                 # "" and null share Spark's default partition: one group, one file.
-                column = pc.if_else(pc.equal(column, ""), pa.scalar(None, column.type), column)
+                made = _scalars()
+                column = pc.if_else(pc.equal(column, made.empty_string), made.null_string, column)
             encoded = pc.dictionary_encode(column)
             width = len(encoded.dictionary) + 1
             index = encoded.indices.cast(pa.int64()).fill_null(width - 1)

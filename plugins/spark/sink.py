@@ -192,19 +192,23 @@ class OutputWriter(GroupCommitSink):
         assert self._staging is not None
         # Each flush first retries publishing what earlier ones committed.
         self._publish_pending()
-        with self._staging.log.locked():
-            return [r for e in self._staging.log.read_new() for r in e.ranges]
+        # Not under the log's lock: this only filters rows out before writing. The log
+        # is append-only and read_new keeps a line still being written for the next
+        # read, so nothing is seen half; the guard is claim(), under the lock, right
+        # before the commit.
+        return [r for e in self._staging.log.read_new() for r in e.ranges]
 
     def _commit_exactly_once(self, flush: Flush, staging: StagingArea) -> int:
         arrow = _one_batch(flush.prepared) if flush.prepared else self._arrow(flush)
         self._seq += 1
         seq = self._seq
         target = staging.flush_dir(seq)
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
             if self._files is not None:
+                # It makes the folders of the files it writes (parents included).
                 files = self._files.write(arrow, target, seq, temporary=False)
             else:
+                target.parent.mkdir(parents=True, exist_ok=True)
                 self._frames.write(arrow, str(target))
                 files = data_files(target)
             entry = CommitEntry(
