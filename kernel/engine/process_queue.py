@@ -13,7 +13,6 @@ dict (insertion-ordered) plus a deque of offsets gives Java's TreeMap operations
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +20,7 @@ from functools import partial
 from itertools import repeat
 from operator import attrgetter, is_not
 
+from rmqk.extensions import extensions_disabled
 from rmqk.message import MessageExt
 
 __all__ = [
@@ -62,7 +62,7 @@ def _load_speedups() -> tuple[_PutAscending, _RemoveAcked, _FirstKey] | None:
     Optional as the record decoder's: ``RMQK_NO_EXTENSIONS=1`` or a build without
     a compiler leaves the pure-Python loops below.
     """
-    if os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     try:
         from rmqk.engine import _pq_speedups

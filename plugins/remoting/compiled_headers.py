@@ -7,8 +7,9 @@ built or ``RMQK_NO_EXTENSIONS=1``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
+
+from rmqk.extensions import extensions_disabled
 
 __all__ = ["DECODE", "ENCODE"]
 
@@ -19,7 +20,7 @@ Decode = Callable[[bytes], "HeaderParts | None"]
 
 
 def _load() -> tuple[Encode, Decode] | tuple[None, None]:
-    if os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None, None
     try:
         from rmqk.plugins.remoting import _headers

@@ -33,13 +33,13 @@ hosts are formatted once per distinct address, and properties stay raw text that
 from __future__ import annotations
 
 import enum
-import os
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from rmqk.errors import FrameError
+from rmqk.extensions import extensions_disabled
 from rmqk.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Message, MessageExt
 from rmqk.plugins.remoting.compression import inflate, maybe_compress
 from rmqk.plugins.remoting.hosts import HOST_TEXTS, BadHost, host_bytes, host_text
@@ -211,7 +211,7 @@ def _load_speedups() -> _CompiledDecode | None:
     Like aiokafka's record codecs it is optional: a wheel built where no compiler
     was found, or a run with ``RMQK_NO_EXTENSIONS=1``, decodes in Python alone.
     """
-    if os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     try:
         from rmqk.plugins.remoting import _speedups

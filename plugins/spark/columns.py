@@ -14,12 +14,12 @@ produce the same row.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rmqk.extensions import extensions_disabled
 from rmqk.message import PROPERTY_SEPARATOR, MessageExt, MessageProperty
 from rmqk.model import MessageQueue
 
@@ -93,7 +93,7 @@ _SLOT_ORDER = (
 
 def _load_compiled() -> Callable[[tuple[_Pair, ...]], _Built | None] | None:
     """The compiled builder unless it was not built or ``RMQK_NO_EXTENSIONS=1`` disables it."""
-    if os.environ.get("RMQK_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     try:
         from rmqk.plugins.spark import _columns
