@@ -18,6 +18,7 @@ from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import ClientError, ConfigError
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
+from rmqk.model import MessageModel
 from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
 from rmqk.preflight import preflight
@@ -160,13 +161,19 @@ def widen_for_sink(
 
     Java's defaults (1,000 messages per queue, a span of 2,000 offsets) would cap
     every flush far below a sink's ``flush_rows``, so each one would wait for the
-    sink's timer instead. The topic-wide message limit becomes the window and
-    the span grows to match, except for options named in ``keep`` (those the
+    sink's timer instead. The topic-wide message limit grows to hold the window
+    and the span grows to match, except for options named in ``keep`` (those the
     config file set).
+
+    Java divides ``pull_threshold_for_topic`` evenly over every queue the consumer
+    holds, its group's ``%RETRY%`` queue included (clustering only), so n queues of
+    the subscribed topics get n/(n+1) of it: half when one queue is held. Twice the
+    window covers the worst case; with n queues they hold 2n/(n+1) windows at most.
     """
     changes: dict[str, Any] = {}
     if "pull_threshold_for_topic" not in keep and options.pull_threshold_for_topic == -1:
-        changes["pull_threshold_for_topic"] = min(window_rows, 6_553_500)
+        shares = 2 if options.message_model is MessageModel.CLUSTERING else 1
+        changes["pull_threshold_for_topic"] = min(window_rows * shares, 6_553_500)
     if "consume_concurrently_max_span" not in keep:
         changes["consume_concurrently_max_span"] = min(
             max(window_rows, options.consume_concurrently_max_span), 65535

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import attrs
 from engine_support import (
     FAST_RETRY_MARKS,
     committed_offsets,
@@ -21,6 +22,7 @@ from engine_support import (
 )
 
 from rmqk.message import MessageExt
+from rmqk.model import MessageModel
 
 pytestmark = FAST_RETRY_MARKS
 
@@ -120,10 +122,6 @@ async def test_a_failed_future_sends_the_batch_back_for_retry(broker: Any) -> No
 class WindowSink:
     """A group-commit sink in miniature: submit() returns the future of the next flush."""
 
-    # The window is shared by every queue held, the group's %RETRY% queue included
-    # (Java divides pullThresholdForTopic by them all): 6,000 over two queues leaves
-    # 3,000 per queue, well past the 2,000 the test looks for, whichever of the two
-    # rebalances comes first.
     window_rows = 6_000
 
     def __init__(self, options: Any = None) -> None:
@@ -164,7 +162,11 @@ def test_widen_for_sink_moves_only_the_limits_the_file_left_alone() -> None:
 
     base = ConsumerOptions()
     wide = widen_for_sink(base, 200_000)
-    assert wide.pull_threshold_for_topic == 200_000
+    # Twice the window: Java's division counts the %RETRY% queue (clustering only).
+    assert wide.pull_threshold_for_topic == 400_000
+    broadcast = widen_for_sink(attrs.evolve(base, message_model=MessageModel.BROADCASTING), 200_000)
+    assert broadcast.pull_threshold_for_topic == 200_000
+    assert widen_for_sink(base, 5_000_000).pull_threshold_for_topic == 6_553_500
     assert wide.consume_concurrently_max_span == 65_535  # the option's maximum
     assert wide.pull_threshold_for_queue == base.pull_threshold_for_queue
     kept = widen_for_sink(base, 5_000, frozenset({"pull_threshold_for_topic"}))
@@ -201,7 +203,7 @@ async def test_composed_consumer_fills_the_sink_window(broker: Any, tmp_path: Pa
     try:
         composed = ComposedConsumer(load_config(config).consumers[0])
         sink: Any = composed.sink
-        assert composed.consumer.options.pull_threshold_for_topic == WindowSink.window_rows
+        assert composed.consumer.options.pull_threshold_for_topic == 2 * WindowSink.window_rows
         await composed.start()
         try:
             await wait_for(lambda: sum(sink.bodies.values()) >= total, 60, "every message")
@@ -212,3 +214,72 @@ async def test_composed_consumer_fills_the_sink_window(broker: Any, tmp_path: Pa
     assert len(sink.bodies) == total and max(sink.bodies.values()) == 1
     # Java's default of 1,000 per queue would cap every flush near 1,000 rows.
     assert max(sink.flushed_rows) > 2_000
+
+
+class HoldingSink(WindowSink):
+    """Acknowledges nothing until a whole window of rows waits on it."""
+
+    window_rows = 3_000
+    total = 2 * window_rows
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.most_waiting = 0
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            waiting = sum(len(m) for _, m in self.buffer)
+            self.most_waiting = max(self.most_waiting, waiting)
+            if waiting < self.window_rows and sum(self.bodies.values()) + waiting < self.total:
+                continue
+            batch, self.buffer = self.buffer, []
+            self.flushed_rows.append(waiting)
+            for fut, msgs in batch:
+                self.bodies.update(m.body for m in msgs)
+                fut.set_result(None)
+
+
+async def test_one_queue_beside_the_retry_queue_still_holds_the_whole_window(
+    broker: Any, tmp_path: Path
+) -> None:
+    """Java gives the %RETRY% queue a share of pull_threshold_for_topic: a consumer of one
+    queue got only half the window, and a sink waiting for a full window never flushed."""
+    from rmqk.config import load_config
+    from rmqk.hookspecs import hookimpl
+    from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
+    from rmqk.runtime import ComposedConsumer
+
+    class Plugin:
+        @hookimpl
+        def rmqk_register_sinks(self, register: Any) -> None:
+            register("holding-test", HoldingSink)
+
+    await create_topic(broker, "Holding", 1)
+    total = HoldingSink.total
+    await produce(broker.namesrv_addr, "Holding", (f"h{i}".encode() for i in range(total)))
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[consumers.h]\n"
+        'group = "g-holding"\n'
+        f'namesrv_addr = "{broker.namesrv_addr}"\n'
+        'subscription = { Holding = "*" }\n'
+        'consume_from_where = "CONSUME_FROM_FIRST_OFFSET"\n'
+        'sink = "holding-test"\n'
+    )
+    reset_plugin_manager()
+    get_plugin_manager().register(Plugin(), name="holding-test")
+    try:
+        composed = ComposedConsumer(load_config(config).consumers[0])
+        sink: Any = composed.sink
+        await composed.start()
+        try:
+            await wait_for(
+                lambda: sum(sink.bodies.values()) >= total, 20, "a whole window waiting"
+            )
+        finally:
+            await composed.stop()
+    finally:
+        reset_plugin_manager()
+    assert sink.flushed_rows[0] >= HoldingSink.window_rows, sink.most_waiting
+    assert len(sink.bodies) == total and max(sink.bodies.values()) == 1
