@@ -215,11 +215,16 @@ class ArrowFileWriter:
         )
         self.spark_flushes = 0
 
-    def rows(self, batch: pa.RecordBatch) -> pa.Table:
-        """The rows of the output: the message columns, the body as ``body_format`` says."""
+    def rows(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+        """The rows of the output: the message columns, the body as ``body_format`` says.
+
+        A table (binary bodies only: see :meth:`takes_parts`) is written as it is.
+        """
         import pyarrow as pa
 
         opts = self.options
+        if isinstance(batch, pa.Table):
+            return batch
         if opts.body_format == "binary":
             return pa.Table.from_batches([batch])
         if opts.body_format == "text":
@@ -234,7 +239,18 @@ class ArrowFileWriter:
         self.spark_flushes += 1
         return self._spark_rows(batch)
 
-    def write(self, batch: pa.RecordBatch, directory: Path, seq: int, temporary: bool) -> list[str]:
+    @property
+    def takes_parts(self) -> bool:
+        """Whether :meth:`write` takes a flush's parts as one table of many chunks.
+
+        Binary bodies are written as they are, so the parts need no copy into one
+        batch (about 40 ms of the writer thread per 100,000 rows).
+        """
+        return self.options.body_format == "binary"
+
+    def write(
+        self, batch: pa.RecordBatch | pa.Table, directory: Path, seq: int, temporary: bool
+    ) -> list[str]:
         """Write the batch's rows under ``directory``; the files, relative to it.
 
         ``temporary``: each file is written under a hidden name (which readers

@@ -169,7 +169,7 @@ class OutputWriter(GroupCommitSink):
     def write_batch(self, flush: Flush) -> int:
         if self._staging is not None:
             return self._commit_exactly_once(flush, self._staging)
-        arrow = _one_batch(flush.prepared) if flush.prepared else self._arrow(flush)
+        arrow = self._prepared(flush.prepared) if flush.prepared else self._arrow(flush)
         if self._files is not None:
             assert self.options.path is not None
             self._seq += 1
@@ -177,6 +177,14 @@ class OutputWriter(GroupCommitSink):
         else:
             self._frames.write(arrow)
         return int(arrow.num_rows)
+
+    def _prepared(self, parts: list[pa.RecordBatch]) -> pa.RecordBatch | pa.Table:
+        """What the writer takes of a flush's parts: one batch, or one table of them all."""
+        if self._files is not None and self._files.takes_parts and len(parts) > 1:
+            import pyarrow as pa
+
+            return pa.Table.from_batches(parts)
+        return _one_batch(parts)
 
     def _arrow(self, flush: Flush) -> pa.RecordBatch:
         from rmqk.plugins.spark.columns import messages_to_arrow
@@ -199,7 +207,7 @@ class OutputWriter(GroupCommitSink):
         return [r for e in self._staging.log.read_new() for r in e.ranges]
 
     def _commit_exactly_once(self, flush: Flush, staging: StagingArea) -> int:
-        arrow = _one_batch(flush.prepared) if flush.prepared else self._arrow(flush)
+        arrow = self._prepared(flush.prepared) if flush.prepared else self._arrow(flush)
         self._seq += 1
         seq = self._seq
         target = staging.flush_dir(seq)
