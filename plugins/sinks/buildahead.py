@@ -64,7 +64,7 @@ class Pending(asyncio.Future[None]):
         self.queue = queue
         self.messages = messages
         self.at = at
-        self.bytes = sum(len(m.body) for m in messages)
+        self.bytes = sum([len(m.body) for m in messages])
         # Taken by the builder (or by a flush, or withdrawn): no longer to build ahead.
         self.built = False
         # The part holding this batch's rows from row ``row`` on, once built.
