@@ -48,6 +48,7 @@ from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 from rmqk.plugins.sinks.commitlog import CommitEntry, StagingArea, data_files, now_ms
 from rmqk.plugins.sinks.groupcommit import Flush, FlushStats, FlushTriggers, GroupCommitSink
+from rmqk.plugins.sinks.heapfreeze import heap_freeze
 from rmqk.plugins.sinks.offsetranges import OffsetRange
 from rmqk.plugins.spark.options import SinkOptions, parse_sink_options
 
@@ -355,6 +356,8 @@ class SparkSink:
                 _writers.pop(key, None)
             self.writer = None
             raise
+        # Full collections while the window is in flight skip the start-up heap.
+        heap_freeze.hold()
 
     @property
     def window_rows(self) -> int:
@@ -379,6 +382,7 @@ class SparkSink:
         writer, self.writer = self.writer, None
         if writer is None:
             return
+        heap_freeze.release()
         writer.users -= 1
         if writer.users > 0:
             return
