@@ -13,6 +13,7 @@ import pytest
 from rmqk import hookimpl, pluginmanager
 from rmqk.contexts import ConsumeMessageContext, ConsumerView
 from rmqk.errors import PluginError
+from rmqk.hookcalls import all_idle, idle_when
 from rmqk.model import MessageModel, MessageQueue, ServiceState
 from rmqk.pluginmanager import (
     call_event_hook,
@@ -297,3 +298,31 @@ def test_consumer_view_is_what_both_consumers_offer() -> None:
         consumer = cls("view-group")
         consumer.client_id = "cid"  # set when the consumer starts
         assert isinstance(consumer, ConsumerView), cls
+
+
+def test_all_idle_skips_only_implementations_marked_and_idle(pm: Any) -> None:
+    caller = pm.hook.rmqk_after_response
+    assert all_idle(caller)  # nothing implements it
+    quiet = {"idle": True}
+
+    class Marked:
+        @hookimpl
+        @idle_when(lambda: quiet["idle"])
+        def rmqk_after_response(self, address: str, request: Any, response: Any) -> None:
+            pass
+
+    pm.register(Marked(), name="marked")
+    assert all_idle(caller)
+    quiet["idle"] = False
+    assert not all_idle(caller)
+    quiet["idle"] = True
+
+    class Unmarked:
+        @hookimpl
+        def rmqk_after_response(self, address: str, request: Any, response: Any) -> None:
+            pass
+
+    pm.register(Unmarked(), name="unmarked")
+    assert not all_idle(caller)
+    pm.unregister(name="unmarked")
+    assert all_idle(caller)

@@ -117,6 +117,95 @@ def test_environment_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     assert acl.current_credentials() == acl.Credentials("file-ak", "file-sk")
 
 
+async def test_environment_is_read_when_a_transport_is_created(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Variables set before the client's transport exists sign its requests; a change
+    takes effect at the next transport (the variables are not read per request)."""
+    pm = plugin_manager()
+
+    def broker(cmd: RemotingCommand, conn: PeerConnection) -> RemotingCommand:
+        ok = verify(cmd, b"env-s3cret")
+        return RemotingCommand.response_to(
+            cmd, ResponseCode.SUCCESS if ok else ResponseCode.NO_PERMISSION, fields={"offset": 1}
+        )
+
+    async with ScriptedServer(broker) as server:
+        monkeypatch.setenv("RMQK_ACCESS_KEY", "env-ak")
+        monkeypatch.setenv("RMQK_SECRET_KEY", "env-s3cret")
+        first = TcpTransport(config(server.addr), pm.hook)
+        try:
+            assert (await first.invoke(server.addr, offset_query(), 2000)).code == (
+                ResponseCode.SUCCESS
+            )
+            assert server.requests[0].ext_fields["AccessKey"] == "env-ak"
+            monkeypatch.delenv("RMQK_SECRET_KEY")
+            # Read when the transport was created, so still signed.
+            assert (await first.invoke(server.addr, offset_query(), 2000)).code == (
+                ResponseCode.SUCCESS
+            )
+            second = TcpTransport(config(server.addr), pm.hook)
+            try:
+                unsigned = await second.invoke(server.addr, offset_query(), 2000)
+                assert unsigned.code == ResponseCode.NO_PERMISSION
+                assert "AccessKey" not in server.requests[2].ext_fields
+            finally:
+                await second.close()
+        finally:
+            await first.close()
+    assert acl.signing_credentials() is None
+    monkeypatch.setenv("RMQK_SECRET_KEY", "env-s3cret")
+    acl.load_environment()
+    assert acl.signing_credentials() == acl.Credentials("env-ak", "env-s3cret")
+    acl.configure(acl.Credentials("file-ak", "file-sk"))
+    assert acl.signing_credentials() == acl.Credentials("file-ak", "file-sk")
+    acl.configure(None)
+    assert acl.signing_credentials() == acl.Credentials("env-ak", "env-s3cret")
+
+
+async def test_the_transport_skips_the_hook_while_nothing_signs() -> None:
+    """No pluggy call per request while the acl plugin has no credentials; one per
+    request once it has, and any plugin not marked idle is always called."""
+    pm = plugin_manager()
+    called: list[str] = []
+
+    def before(hook_name: str, hook_impls: object, kwargs: object) -> None:
+        called.append(hook_name)
+
+    def after(outcome: object, hook_name: str, hook_impls: object, kwargs: object) -> None:
+        pass
+
+    pm.add_hookcall_monitoring(before, after)
+
+    def broker(cmd: RemotingCommand, conn: PeerConnection) -> RemotingCommand:
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, fields={"offset": 1})
+
+    async with ScriptedServer(broker) as server:
+        transport = TcpTransport(config(server.addr), pm.hook)
+        try:
+            await transport.invoke(server.addr, offset_query(), 2000)
+            assert called == []
+            acl.configure(acl.Credentials("ak", "s3cret"))
+            await transport.invoke(server.addr, offset_query(), 2000)
+            assert called == ["rmqk_before_request"]
+            assert "Signature" in server.requests[1].ext_fields
+            acl.configure(None)
+            seen: list[str] = []
+
+            class Watcher:
+                @hookspecs.hookimpl
+                def rmqk_before_request(self, address: str, request: RemotingCommand) -> None:
+                    seen.append(address)
+
+            pm.register(Watcher(), name="watcher")
+            await transport.invoke(server.addr, offset_query(), 2000)
+            assert seen == [server.addr]
+            assert "AccessKey" not in server.requests[2].ext_fields
+            assert called == ["rmqk_before_request"] * 2
+        finally:
+            await transport.close()
+
+
 def test_secret_is_not_shown() -> None:
     creds = acl.Credentials("key-id", "very-secret", "tok3n")
     shown = repr(creds) + str(creds)
