@@ -248,7 +248,12 @@ def encode_frame_head(
     Lets a sender hand a multi-megabyte body to the socket without joining it
     into a new buffer first.
     """
-    header = encode_header(cmd, serialize_type)
+    # JSON, every request of a consumer, without the dispatch of encode_header.
+    header = (
+        _json_header(cmd)
+        if serialize_type is SerializeType.JSON
+        else encode_header(cmd, serialize_type)
+    )
     if len(header) > _MAX_HEADER_LENGTH:
         raise ValueError(f"header of {len(header)} bytes does not fit the 24-bit header length")
     length = 4 + len(header) + len(cmd.body)

@@ -35,7 +35,7 @@ from rmqk.plugins.remoting.message_codec import (
     record_total_size,
 )
 
-__all__ = ["DecodedPull", "decode_pull_body"]
+__all__ = ["DecodedPull", "decode_plain", "decode_pull_body"]
 
 _QUEUE_HEADER = struct.Struct(">iiq")  # QUEUEID, FLAG, QUEUEOFFSET
 _QUEUE_HEADER_END = QUEUE_OFFSET_OFFSET + 8
@@ -56,6 +56,20 @@ def _header_offset(data: bytes, at: int, queue_id: int, low: int, high: int) -> 
     if record_queue != queue_id or not low <= offset < high:
         return None
     return int(offset)
+
+
+def decode_plain(
+    body: bytes | bytearray | memoryview, broker_name: str, max_body_size: int
+) -> tuple[MessageExt, ...] | None:
+    """The records of a FOUND answer when every one decodes (what :func:`decode_pull_body`
+    returns then, in fewer steps); None when one does not."""
+    data = body if isinstance(body, bytes) else bytes(body)
+    out: list[MessageExt] = []
+    try:
+        decode_records_into(out, data, 0, broker_name, max_body_size)
+    except RecordError:
+        return None
+    return tuple(out)
 
 
 def decode_pull_body(
