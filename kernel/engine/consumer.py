@@ -21,7 +21,7 @@ from rmqk.engine.pull import PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL, FlowContro
 from rmqk.engine.rebalance import Rebalance
 from rmqk.engine.startup import load_offset_store, start_once
 from rmqk.engine.stats import ConsumerStats
-from rmqk.errors import ClientError, ConfigError
+from rmqk.errors import ClientError, ConfigError, RmqkError
 from rmqk.message import Message, MessageExt, MessageProperty
 from rmqk.model import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -473,27 +473,37 @@ class AsyncPushConsumer(ConsumerMember):
         if self.message_model is MessageModel.CLUSTERING:
             commit_offset = await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
         begin = time.perf_counter()
-        result = await self.pull_api.pull(
-            mq,
-            sub,
-            req.next_offset,
-            commit_offset=commit_offset,
-            post_subscription=opts.post_subscription_when_pull and not sub.class_filter_mode,
+        pull_api = self.pull_api
+        post = opts.post_subscription_when_pull and not sub.class_filter_mode
+        # The usual case awaits the transport's call directly: one coroutine less a pull.
+        call = pull_api.start(
+            mq, sub, req.next_offset, commit_offset=commit_offset, post_subscription=post
         )
+        result: PullResult | int
+        if call is None:
+            result = await pull_api.pull(
+                mq, sub, req.next_offset, commit_offset=commit_offset, post_subscription=post
+            )
+        else:
+            try:
+                result = await call
+            except RmqkError as exc:
+                result = pull_api.delay_after(mq, exc)
         if isinstance(result, int):
             return result
         if pq.is_dropped():
             return None
-        return await self._on_pull_result(req, sub, result, (time.perf_counter() - begin) * 1000)
+        rt_ms = (time.perf_counter() - begin) * 1000
+        msgs = pull_api.process_now(mq, sub, result)
+        if msgs is None:
+            msgs = await pull_api.process_hooked(mq, sub, result)
+        return self._on_pull_result(req, result, msgs, rt_ms)
 
-    async def _on_pull_result(
-        self, req: _PullRequest, sub: SubscriptionData, result: PullResult, rt_ms: float
+    def _on_pull_result(
+        self, req: _PullRequest, result: PullResult, msgs: list[MessageExt], rt_ms: float
     ) -> int | None:
         mq, pq = req.mq, req.pq
         status = result.status
-        msgs = self.pull_api.process_now(mq, sub, result)
-        if msgs is None:
-            msgs = await self.pull_api.process_hooked(mq, sub, result)
         if status is PullStatus.FOUND:
             prev = req.next_offset
             req.next_offset = result.next_begin_offset

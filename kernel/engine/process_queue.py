@@ -221,10 +221,16 @@ class ProcessQueue:
         return order[-1] if order else None
 
     def max_span(self) -> int:
-        first = self._first_key()
+        # Checked before every pull: the usual case (the newest offset still held)
+        # without the _first_key and _last_key calls.
+        order = self._order
+        msgs = self._msgs
+        first = _SPEEDUPS[2](order, msgs) if _SPEEDUPS is not None else self._first_key()
         if first is None:
             return 0
-        last = self._last_key()
+        last: int | None = order[-1]
+        if last not in msgs:
+            last = self._last_key()
         assert last is not None
         return last - first
 

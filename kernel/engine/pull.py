@@ -16,7 +16,7 @@ consume service, or a poll buffer) stays with the consumer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from rmqk.contexts import FilterMessageContext
 from rmqk.engine.client import ClientInstance, FindBrokerResult
@@ -162,6 +162,7 @@ class PullAPI:
     """
 
     __slots__ = (
+        "_filter",
         "batch_size",
         "client",
         "exception_delay_ms",
@@ -207,6 +208,8 @@ class PullAPI:
         self.stats = stats
         # The broker id each queue's broker suggested for its next pull.
         self.pull_from_which_node: dict[MessageQueue, int] = {}
+        # Looked up once: checked for implementations at every pull.
+        self._filter = get_plugin_manager().hook.rmqk_filter_message
 
     async def find_broker(self, mq: MessageQueue) -> FindBrokerResult | None:
         """The address to pull ``mq`` from, refreshing the topic's route once if unknown."""
@@ -237,6 +240,40 @@ class PullAPI:
         if found is None:
             self.log.warning("The broker[%s] not exist", mq.broker_name)
             return self.exception_delay_ms
+        try:
+            return await self._send(found, mq, sub, offset, commit_offset, post_subscription)
+        except RmqkError as exc:
+            return self.delay_after(mq, exc)
+
+    def start(
+        self,
+        mq: MessageQueue,
+        sub: SubscriptionData,
+        offset: int,
+        *,
+        commit_offset: int = 0,
+        post_subscription: bool = True,
+    ) -> Awaitable[PullResult] | None:
+        """:meth:`pull` without a coroutine of its own, for a caller on the hot path:
+        the transport's call to await (map an :class:`RmqkError` it raises with
+        :meth:`delay_after`), or None when the broker is not known yet (then
+        :meth:`pull` looks it up)."""
+        found = self.client.find_broker_address_in_subscribe(
+            mq.broker_name, self.pull_from_which_node.get(mq, MASTER_ID), False
+        )
+        if found is None:
+            return None
+        return self._send(found, mq, sub, offset, commit_offset, post_subscription)
+
+    def _send(
+        self,
+        found: FindBrokerResult,
+        mq: MessageQueue,
+        sub: SubscriptionData,
+        offset: int,
+        commit_offset: int,
+        post_subscription: bool,
+    ) -> Awaitable[PullResult]:
         # Plain ints: IntFlag arithmetic costs a few us per pull.
         sys_flag = _SUSPEND
         # A slave must never commit offsets.
@@ -265,14 +302,10 @@ class PullAPI:
             max_body_size=self.max_body_size,
             skip_bad_records=True,
         )
-        try:
-            return await self.client.transport.pull_message(
-                found.broker_addr, header, self.timeout_ms
-            )
-        except RmqkError as exc:
-            return self._delay_after(mq, exc)
+        return self.client.transport.pull_message(found.broker_addr, header, self.timeout_ms)
 
-    def _delay_after(self, mq: MessageQueue, exc: RmqkError) -> int:
+    def delay_after(self, mq: MessageQueue, exc: RmqkError) -> int:
+        """The delay before pulling ``mq`` again after ``exc`` (logged)."""
         if not mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             self.log.warning("execute the pull request exception for %s: %s", mq, exc)
         if isinstance(exc, BrokerError):
@@ -313,7 +346,7 @@ class PullAPI:
             self._report_skipped(mq, result)
         if result.status is not PullStatus.FOUND or not result.messages:
             return []
-        if get_plugin_manager().hook.rmqk_filter_message.get_hookimpls():
+        if self._filter.get_hookimpls():
             return None
         msgs = _by_tag(sub, list(result.messages))
         if msgs:

@@ -37,7 +37,7 @@ from rmqk.errors import (
     RemotingTimeoutError,
 )
 from rmqk.plugins.remoting.frame import MAX_FRAME_SIZE, FrameDecoder, SerializeType, encode_frame
-from rmqk.protocol import RemotingCommand
+from rmqk.protocol import RPC_TYPE_RESPONSE, RemotingCommand
 
 __all__ = ["Connection", "ConnectionPool", "RequestListener", "split_address"]
 
@@ -112,7 +112,7 @@ class Connection(asyncio.Protocol):
             return
         for frame in frames:
             cmd = frame.command
-            if cmd.is_response:
+            if cmd.flag & RPC_TYPE_RESPONSE:  # cmd.is_response, without the property call
                 entry = self.pending.pop(cmd.opaque, None)
                 if entry is None:
                     log.warning(
