@@ -220,7 +220,8 @@ class SkippedRecord:
     reason: str
 
 
-@attrs.frozen
+# A dict class, built once a pull: see PullMessageRequest (rmqk.transport).
+@attrs.frozen(slots=False)
 class PullResult:
     """A decoded PULL_MESSAGE response (PullResultExt).
 

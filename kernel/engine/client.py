@@ -98,7 +98,8 @@ class ClientConfig:
     vip_channel_enabled: bool = False
 
 
-@attrs.frozen
+# A dict class, built once a pull: see PullMessageRequest (rmqk.transport).
+@attrs.frozen(slots=False)
 class FindBrokerResult:
     broker_addr: str
     slave: bool
