@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import shutil
 import tempfile
 import time
@@ -49,6 +50,8 @@ from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.errors import RmqkError
 from rmqk.message import MessageExt
 from rmqk.pluginmanager import registries
+
+log = logging.getLogger("rmqk.bench.spark_sink")
 
 NAME = "spark-sink"
 HELP = "rows/s into Parquet through the spark sink, as a ratio to consume"
@@ -206,6 +209,38 @@ def _scalar(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) of this process and of each child, by kind (diagnostics).
+
+    The children are the embedded broker (a Python process) and Spark's JVM; all
+    share the machine's cores with this process, so their CPU shows who competes.
+    """
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    out: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        pid, ppid = int(entry), int(fields[1])
+        if pid != me and ppid != me:
+            continue
+        kind = "self" if pid == me else ("jvm" if b"java" in cmd else "child")
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 2) for k in after}
 
 
 def count_rows(path: str) -> int:
@@ -427,15 +462,26 @@ async def _table_runs(
             args.timeout,
             args.await_write,
         )
+    cpu0 = _cpu_seconds()
     before = await asyncio.to_thread(
         spark_alone, args.messages, args.size, {"table": name + "_alone1", **conf}
     )
+    cpu1 = _cpu_seconds()
     sinked, stats = await sink_run(
         ns, topic, args.messages, options, {"table": name, **conf}, args.timeout, args.await_write
     )
+    cpu2 = _cpu_seconds()
     rows = await asyncio.to_thread(count_table, name)
+    cpu3 = _cpu_seconds()
     after = await asyncio.to_thread(
         spark_alone, args.messages, args.size, {"table": name + "_alone2", **conf}
+    )
+    cpu4 = _cpu_seconds()
+    log.info(
+        "table runs, CPU seconds: Spark alone before %s, sink %s, Spark alone after %s",
+        _cpu_delta(cpu0, cpu1),
+        _cpu_delta(cpu1, cpu2),
+        _cpu_delta(cpu3, cpu4),
     )
     # The rate over the mean of the two times (the harmonic mean of the two rates).
     alone = 2 / (1 / before + 1 / after)
