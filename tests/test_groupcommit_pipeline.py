@@ -223,3 +223,48 @@ async def test_a_full_flush_does_not_wait_for_the_write_before_it() -> None:
     finally:
         await sink.close()
     assert [len(w) for w in sink.written] == [10, 10, 5]
+
+
+async def test_a_part_worth_that_stopped_growing_goes_before_the_timer() -> None:
+    # seconds=2: a buffer of at least part_rows (8) that has not grown for 0.5 s lulls.
+    sink = PipelineSink(rows=1000, seconds=2.0)
+    await sink.start()
+    try:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        lulled = [sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))) for i in range(2)]
+        await asyncio.wait_for(asyncio.gather(*lulled), 10)
+        took = loop.time() - began
+        assert 0.4 <= took < 1.5, took
+        # Fewer rows than a part keep to the timer.
+        began = loop.time()
+        trickle = sink.submit(QUEUES[0], msgs(0, range(10, 15)))
+        await asyncio.sleep(1.0)
+        assert not trickle.done()
+        await asyncio.wait_for(trickle, 10)
+        assert loop.time() - began >= 1.9
+    finally:
+        await sink.close()
+    assert [len(w) for w in sink.written] == [10, 5]
+
+
+async def test_rows_that_arrived_during_a_write_and_stopped_go_when_it_ends() -> None:
+    # The end of a backlog: its last rows arrive while the previous flush is written.
+    sink = PipelineSink(rows=10, seconds=4.0)
+    gate = threading.Event()
+    sink.held[1] = gate
+    await sink.start()
+    try:
+        first = [sink.submit(QUEUES[0], msgs(0, range(i * 5, i * 5 + 5))) for i in range(2)]
+        await wait_until(lambda: sink.writes == 1)
+        last = [sink.submit(QUEUES[1], msgs(1, range(i * 3, i * 3 + 3))) for i in range(3)]
+        await asyncio.sleep(1.2)  # quiet for more than seconds / 4
+        loop = asyncio.get_running_loop()
+        released = loop.time()
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*first, *last), 10)
+        # Not the timer's 4 s from the first of them (2.8 s after the release).
+        assert loop.time() - released < 1.5
+    finally:
+        await sink.close()
+    assert [len(w) for w in sink.written] == [10, 9]
