@@ -467,6 +467,58 @@ async def test_table_output(spark: Any, tmp_path: Path, exactly_once: bool) -> N
 
 
 @pytest.mark.spark
+def test_table_flushes_after_the_first_insert_by_the_tables_column_order(spark: Any) -> None:
+    from rmqk.plugins.spark.columns import messages_to_arrow
+    from rmqk.plugins.spark.frames import FrameWriter
+
+    table = "inserted_orders"
+    options = parse_sink_options({"table": table, "partition_by": "queue_id"})
+    queues = [MessageQueue("Orders", "broker-a", k) for k in range(3)]
+
+    def flush(first: int, count: int) -> Any:
+        offsets = range(first, first + count)
+        return messages_to_arrow(
+            [
+                (q, [message(q.queue_id, o, {}) for o in offsets if o % 3 == q.queue_id])
+                for q in queues
+            ]
+        )
+
+    def rows() -> list[tuple[int, int, str]]:
+        got = spark.table(table).select("queue_id", "queue_offset", "keys").collect()
+        return sorted((r.queue_id, r.queue_offset, r["keys"]) for r in got)
+
+    def expected(offsets: range) -> list[tuple[int, int, str]]:
+        return sorted((o % 3, o, f"O-{o}") for o in offsets)
+
+    writer = FrameWriter(options, spark)
+    inserted: list[bool] = []
+    insert = writer._insert
+
+    def spy(df: Any) -> bool:
+        inserted.append(insert(df))
+        return inserted[-1]
+
+    writer._insert = spy  # type: ignore[method-assign]
+    writer.write(flush(0, 30))  # saveAsTable creates the table, partitioned by queue_id
+    columns = writer._table_columns
+    # The partition column comes last in the table: a frame written by position unchanged
+    # would put its values in the wrong columns.
+    assert columns is not None and columns[-1] == "queue_id"
+    assert sorted(columns) == sorted(flush(0, 1).schema.names) != columns
+    writer.write(flush(30, 30))
+    writer.write(flush(60, 30))
+    assert rows() == expected(range(90))
+    assert inserted == [True, True]
+    # Dropped meanwhile: the insert is refused before writing anything, saveAsTable makes
+    # the table again with this flush.
+    spark.sql(f"DROP TABLE {table}")
+    writer.write(flush(90, 10))
+    assert rows() == expected(range(90, 100))
+    assert inserted == [True, True, False] and writer._table_columns == columns
+
+
+@pytest.mark.spark
 async def test_consumer_to_parquet_end_to_end(spark: Any, broker: Any, tmp_path: Path) -> None:
     produced = await orders_topic(broker, 6000)
     out = tmp_path / "orders"
