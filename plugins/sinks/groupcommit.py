@@ -12,8 +12,8 @@ consumed batches, from many queues) durably. The base does the rest:
 * A flush is due when the buffer holds ``rows`` rows or ``bytes`` body bytes
   (:class:`FlushTriggers`), or its oldest batch is ``seconds`` old, whichever
   comes first; it takes batches up to ``rows`` / ``bytes`` and the rest is the
-  next flush. With ``part_rows``, a part's worth or more that has stopped
-  growing (a quarter of ``seconds``) while the writer is idle goes at once.
+  next flush. With ``part_rows``, a part or more that waited on a write and
+  stopped growing (a quarter of ``seconds``) goes when the write ends.
   Writes run in a worker thread, one at a time, while the event loop keeps
   buffering.
 * A sink that turns batches into something to write (Arrow columns) sets
@@ -429,13 +429,12 @@ class GroupCommitSink(abc.ABC):
     async def _until_due(self, delay: float, busy: asyncio.Task[None] | None) -> None:
         """Wait ``delay`` (the timer), or less if kicked or if the buffer lulls.
 
-        A lull: the writer is idle and the buffer holds at least a part that has
-        not grown for a quarter of ``seconds``. Rows stop coming at the end of a
-        backlog, or when the consumer's window is full of rows waiting on flushes;
-        then the timer only leaves the writer idle. Typically the last rows of a
-        backlog arrive while the previous flush is written, and their timer fell
-        due up to a second after that write ended (a third of a table run's time
-        in ``bench spark-sink``). A part's worth keeps a trickle on the timer.
+        A lull: rows that waited on a write that has ended, a part or more, and
+        none new for a quarter of ``seconds`` (the end of a backlog, or a full
+        consumer window): the timer would only idle the writer (the last rows of
+        a backlog, arriving during the previous write, waited up to a second
+        after it). Rows that filled with the writer idle, or under a part, keep
+        the timer (a hiccup of the consumer does not split a flush).
         """
         deadline = time.monotonic() + delay
         quiet = self.triggers.seconds / 4
@@ -445,15 +444,15 @@ class GroupCommitSink(abc.ABC):
                 return
             wake = deadline
             waits: list[asyncio.Future[Any]] = []
-            if self.part_rows:
-                if busy is not None and not busy.done():
-                    waits.append(busy)
-                elif self._rows < self.part_rows:
-                    wake = min(wake, now + quiet)  # look again: the buffer may grow
-                elif now >= self._last_write_at + quiet:
+            if self.part_rows and busy is not None and not busy.done():
+                waits.append(busy)
+            elif self.part_rows and (self.stats.last_flush_at or 0.0) >= self._first_at:
+                lull_at = self._last_write_at + quiet
+                if self._rows < self.part_rows:
+                    lull_at = now + quiet  # look again: the buffer may grow
+                elif now >= lull_at:
                     return
-                else:
-                    wake = min(wake, self._last_write_at + quiet)
+                wake = min(wake, lull_at)
             kicked = asyncio.ensure_future(self._kick.wait())
             try:
                 await asyncio.wait(
