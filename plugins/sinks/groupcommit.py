@@ -202,7 +202,10 @@ class GroupCommitSink(abc.ABC):
         ranges committed since the last look, read under the lock that makes the
         commit exclusive. The base then filters the flush again and retries.
         """
-        self._absorb(committed_meanwhile)
+        if not self._absorb(committed_meanwhile):
+            # The index the flush was filtered against (writes are one at a time, and
+            # only they absorb): nothing in it can have been committed meanwhile.
+            return
         _, raced = keep_uncommitted(self._index, flush.batches)
         if raced:
             raise CommitRaced(raced)
@@ -574,6 +577,10 @@ class GroupCommitSink(abc.ABC):
             return written, skipped
         raise RuntimeError(f"flush to {self.target} lost the commit race {_COMMIT_ATTEMPTS} times")
 
-    def _absorb(self, ranges: Iterable[OffsetRange]) -> None:
+    def _absorb(self, ranges: Iterable[OffsetRange]) -> int:
+        """Add committed ranges to the index; how many there were."""
+        added = 0
         for r in ranges:
             self._index.add(r)
+            added += 1
+        return added

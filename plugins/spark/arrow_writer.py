@@ -18,7 +18,6 @@ primitive fields, or a flush whose bodies pyarrow rejects (Spark's
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import re
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from rmqk.plugins.spark.columns import COLUMN_NAMES
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.fs as pafs
 
     from rmqk.plugins.spark.options import SinkOptions
 
@@ -187,9 +187,21 @@ def decode_json_bodies(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table | N
     names = [n for n in batch.schema.names if n != "body"]
     columns = [batch.column(n) for n in names]
     return pa.Table.from_arrays(
-        columns + [c.combine_chunks() for c in parsed.columns],
+        columns + [_one_chunk(c) for c in parsed.columns],
         names=names + parsed.column_names,
     )
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array; a concatenation only if it has several chunks.
+
+    Every pyarrow call gives the GIL up, and the writer thread waits for it
+    back while the event loop holds it: a flush's column of one chunk (one JSON
+    block) costs no call.
+    """
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return column.combine_chunks()
 
 
 class ArrowFileWriter:
@@ -255,7 +267,8 @@ class ArrowFileWriter:
 
         ``temporary``: each file is written under a hidden name (which readers
         skip) and renamed into place when complete, so a reader never sees half
-        a file. Without it the caller publishes the directory itself.
+        a file. Without it the caller publishes the directory itself (a new
+        one, whose folders do not exist yet).
         """
         table = self.rows(batch)
         name = f"part-{seq:05d}-{self.owner}.snappy.parquet"
@@ -269,8 +282,11 @@ class ArrowFileWriter:
     def _partitions(self, table: pa.Table) -> list[tuple[str, pa.Table]]:
         """(folder, rows without the partition columns) per partition, rows in order.
 
-        One stable sort by a combined partition code, then slices: no Python per
-        row, however many partitions a flush has.
+        Each key's distinct values are found once (a dictionary encoding) and
+        their folder names made in Python, a few per flush; the rows are then
+        grouped by one stable sort of a combined code and sliced: no Python per
+        row, and a handful of pyarrow calls per flush (each one gives the GIL up
+        and waits to get it back from a busy event loop).
         """
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -281,46 +297,82 @@ class ArrowFileWriter:
         if table.num_rows == 0:
             return []
         codes: pa.Array | None = None
+        # Per key, the folder part of each of its groups, in the order first seen.
+        groups: list[list[str]] = []
         for k in keys:
-            column = table[k].combine_chunks()
-            if pa.types.is_string(column.type):
-                # "" and null share Spark's default partition: one group, one file.
-                made = _scalars()
-                column = pc.if_else(pc.equal(column, made.empty_string), made.null_string, column)
-            encoded = pc.dictionary_encode(column)
-            width = len(encoded.dictionary) + 1
-            index = encoded.indices.cast(pa.int64()).fill_null(width - 1)
-            codes = index if codes is None else pc.add(pc.multiply(codes, width), index)
-        assert codes is not None
-        order = pc.sort_indices(codes)
-        ordered = codes.take(order)
-        changes = pc.indices_nonzero(pc.not_equal(ordered[1:], ordered[:-1]))
-        starts = [0, *(int(i) + 1 for i in changes.to_pylist()), table.num_rows]
-        rows = table.take(order)
-        data = rows.drop_columns(keys)
-        out: list[tuple[str, pa.Table]] = []
-        for start, end in itertools.pairwise(starts):
-            values = [rows[k][start].as_py() for k in keys]
-            folder = os.path.join(
-                *(
-                    f"{escape_partition_value(k)}={_folder(v)}"
-                    for k, v in zip(keys, values, strict=True)
-                )
+            encoded = pc.dictionary_encode(_one_chunk(table[k]), null_encoding="encode")
+            # "" and null share Spark's default partition: one group, one file.
+            parts: list[str] = []
+            remap: list[int] = []
+            for value in encoded.dictionary.to_pylist():
+                part = f"{escape_partition_value(k)}={_folder(value)}"
+                if part not in parts:
+                    parts.append(part)
+                remap.append(parts.index(part))
+            groups.append(parts)
+            index = (
+                encoded.indices
+                if len(remap) == len(parts)
+                else pa.array(remap, pa.int32()).take(encoded.indices)
             )
-            out.append((folder, data.slice(start, end - start)))
+            if codes is None:
+                codes = index.cast(pa.int64()) if len(keys) > 1 else index
+            else:
+                codes = pc.add(pc.multiply(codes, len(parts)), index)
+        assert codes is not None
+        if all(len(g) == 1 for g in groups):
+            return [(os.path.join(*(g[0] for g in groups)), table.drop_columns(keys))]
+        counts = pc.value_counts(codes)
+        sizes = sorted(
+            zip(counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True)
+        )
+        # Stable: each partition's rows keep their order.
+        rows = table.take(pc.sort_indices(codes)).drop_columns(keys)
+        out: list[tuple[str, pa.Table]] = []
+        start = 0
+        for code, size in sizes:
+            names: list[str] = []
+            for parts in reversed(groups):
+                code, i = divmod(code, len(parts))
+                names.append(parts[i])
+            out.append((os.path.join(*reversed(names)), rows.slice(start, size)))
+            start += size
         return out
 
     def _write_file(self, table: pa.Table, path: Path, temporary: bool) -> None:
+        """One Parquet file; ``temporary``: under a hidden name, renamed when complete.
+
+        The file is opened here, not by ``write_table`` (which looks the path up
+        as a local file and as a URI first; ``pyarrow.OSFile`` checks it is no
+        folder): each of those is a call that gives the GIL up. Without
+        ``temporary`` the folder is new.
+        """
         import pyarrow.parquet as pq
 
-        path.parent.mkdir(parents=True, exist_ok=True)
+        target = path.with_name(f".{path.name}.tmp") if temporary else path
         if not temporary:
-            pq.write_table(table, path, compression="snappy")
-            return
-        hidden = path.with_name(f".{path.name}.tmp")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        files = _local_files()
         try:
-            pq.write_table(table, hidden, compression="snappy")
-            os.replace(hidden, path)
+            try:
+                sink = files.open_output_stream(str(target), compression=None)
+            except FileNotFoundError:
+                # A partition folder this output does not have yet.
+                path.parent.mkdir(parents=True, exist_ok=True)
+                sink = files.open_output_stream(str(target), compression=None)
+            try:
+                pq.write_table(table, sink, compression="snappy")
+            finally:
+                sink.close()
+            if temporary:
+                os.replace(target, path)
         except BaseException:
-            hidden.unlink(missing_ok=True)
+            target.unlink(missing_ok=True)
             raise
+
+
+@functools.cache
+def _local_files() -> pafs.LocalFileSystem:
+    import pyarrow.fs as pafs
+
+    return pafs.LocalFileSystem()
