@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Sequence
 
@@ -11,6 +12,8 @@ from hypothesis import strategies as st
 
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.plugins.sinks.buildahead import Pending
+from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange
 from rmqk.plugins.sinks.uncommitted import keep_uncommitted
 
@@ -99,3 +102,67 @@ def test_batches_of_other_queues_never_count_as_overlapping() -> None:
     rng.shuffle(pairs)
     kept, skipped = keep_uncommitted(OffsetIndex(), pairs)
     assert skipped == 0 and all(k[2] is p[1] for k, p in zip(kept, pairs, strict=True))
+
+
+# -- exactly once: a commit by another writer while a flush is written --------------------------
+
+
+class _SharedLogSink(GroupCommitSink):
+    """Writers of one in-memory 'output'; ``meddle`` commits for another writer mid-write."""
+
+    def __init__(self, log: list[OffsetRange], rows: list[tuple[int, int]]) -> None:
+        super().__init__(FlushTriggers(rows=1_000), target="memory", exactly_once=True)
+        self.log = log
+        self.rows = rows
+        self.read = 0
+        self.meddle: list[OffsetRange] = []
+        self.attempts = 0
+
+    def committed_ranges(self) -> list[OffsetRange]:
+        new, self.read = self.log[self.read :], len(self.log)
+        return new
+
+    def write_batch(self, flush: Flush) -> int:
+        self.attempts += 1
+        if self.meddle:
+            # Another writer commits (its rows and ranges) after this flush was filtered.
+            for r in self.meddle:
+                self.rows.extend((r.queue_id, o) for o in range(r.first, r.last + 1))
+            self.log.extend(self.meddle)
+            self.meddle = []
+        self.claim(flush, self.committed_ranges())
+        written = [(q.queue_id, m.queue_offset) for q, ms in flush.batches for m in ms]
+        self.rows.extend(written)
+        self.log.extend(flush.ranges)
+        return len(written)
+
+
+def _pending(sink: GroupCommitSink, batches: list[tuple[int, list[int]]]) -> list[Pending]:
+    loop = asyncio.new_event_loop()
+    try:
+        return [Pending(loop, sink, QUEUES[q], msgs(q, offs), 0.0) for q, offs in batches]
+    finally:
+        loop.close()
+
+
+def test_rows_another_writer_committed_meanwhile_are_written_once() -> None:
+    log: list[OffsetRange] = []
+    rows: list[tuple[int, int]] = []
+    sink = _SharedLogSink(log, rows)
+    batches = [(0, list(range(0, 10))), (1, list(range(0, 10))), (0, list(range(10, 20)))]
+    # Queue 0's 5..14 went to another writer in a rebalance, which commits them while
+    # this flush is written (after it was filtered).
+    sink.meddle = [OffsetRange("T", "broker-a", 0, 5, 14)]
+    written, skipped = sink._write(_pending(sink, batches))
+    assert sink.attempts == 2  # the claim saw the race; the flush was filtered again
+    assert (written, skipped) == (20, 10)
+    assert sorted(rows) == sorted({(q, o) for q, offs in batches for o in offs})
+    assert len(rows) == len(set(rows))
+    # Nothing committed meanwhile: one attempt, everything written.
+    sink.attempts = 0
+    written, skipped = sink._write(_pending(sink, [(2, list(range(5)))]))
+    assert (sink.attempts, written, skipped) == (1, 5, 0)
+    # Consumed again (a retry): all of it was committed, nothing is written.
+    written, skipped = sink._write(_pending(sink, batches))
+    assert (written, skipped) == (0, 30)
+    assert len(rows) == len(set(rows)) == 35

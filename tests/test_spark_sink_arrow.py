@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,51 @@ def test_partition_values_are_escaped_as_spark_escapes_them() -> None:
     assert escape_partition_value("a/b=c:d") == "a%2Fb%3Dc%3Ad"
     assert escape_partition_value("with space grüße") == "with space grüße"
     assert escape_partition_value("%\\\x01") == "%25%5C%01"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_partitions_group_rows_as_one_folder_per_row_would(seed: int) -> None:
+    """Random keys (strings Spark escapes, "", nulls, ints, bools; one to three of them,
+    in tables of several chunks): the writer's grouping against a per-row reference."""
+    pa = pytest.importorskip("pyarrow")
+    import random
+
+    from rmqk.plugins.spark.arrow_writer import ArrowFileWriter, escape_partition_value
+
+    def folder(value: object) -> str:
+        if value is None or value == "":
+            return "__HIVE_DEFAULT_PARTITION__"
+        if isinstance(value, bool):
+            return str(value).lower()
+        return escape_partition_value(str(value))
+
+    rng = random.Random(seed)
+    for _ in range(50):
+        n = rng.randrange(0, 80)
+        tags = TAGS[: rng.randrange(1, len(TAGS) + 1)]
+        columns = {
+            "tags": pa.array([rng.choice(tags) for _ in range(n)], pa.string()),
+            "keys": pa.array([rng.choice(["k", None, "", "k/2"]) for _ in range(n)], pa.string()),
+            "queue_id": pa.array([rng.choice([0, 3, None]) for _ in range(n)], pa.int32()),
+            "flag": pa.array([rng.choice([True, False, None]) for _ in range(n)], pa.bool_()),
+            "row": pa.array(range(n), pa.int64()),
+        }
+        table = pa.table(columns)
+        if n > 3 and rng.random() < 0.5:
+            table = pa.concat_tables([table.slice(0, n // 3), table.slice(n // 3)])
+        keys = tuple(rng.sample(["tags", "keys", "queue_id", "flag"], rng.randrange(1, 4)))
+        expected: dict[str, list[int]] = {}
+        for r in table.to_pylist():
+            path = "/".join(f"{escape_partition_value(k)}={folder(r[k])}" for k in keys)
+            expected.setdefault(path, []).append(r["row"])
+        writer = ArrowFileWriter.__new__(ArrowFileWriter)
+        # Only partition_by is read; "flag" is no message column, so no real options.
+        writer.options = types.SimpleNamespace(partition_by=keys)  # type: ignore[assignment]
+        got = writer._partitions(table)
+        assert len(got) == len(expected)  # one file per folder
+        assert {f.replace(os.sep, "/"): t.column("row").to_pylist() for f, t in got} == expected
+        for _, part in got:
+            assert not set(keys) & set(part.column_names)
 
 
 async def test_one_file_per_flush_and_partition_renamed_into_place(tmp_path: Path) -> None:

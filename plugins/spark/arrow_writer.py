@@ -17,6 +17,7 @@ primitive fields, or a flush whose bodies pyarrow rejects (Spark's
 
 from __future__ import annotations
 
+import array
 import functools
 import os
 import re
@@ -165,7 +166,10 @@ def decode_json_bodies(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table | N
     bodies = batch.column("body")
     if bodies.null_count or len(bodies) == 0:
         return None
-    lines = pa.ListArray.from_arrays(pa.array([0, len(bodies)], pa.int32()), bodies)
+    # One list of every body, made from its buffers: from_arrays (and pa.array for the
+    # offsets) would be pyarrow calls that each give the GIL up.
+    offsets = pa.py_buffer(array.array("i", (0, len(bodies))))
+    lines = pa.Array.from_buffers(pa.list_(bodies.type), 1, [None, offsets], children=[bodies])
     joined = pc.binary_join(lines, _scalars().newline)[0].as_buffer()
     # A line break inside a body: the join adds exactly len - 1 of them. One scan of
     # the joined bytes (memchr speed) instead of a substring search per body.
@@ -323,9 +327,7 @@ class ArrowFileWriter:
         if all(len(g) == 1 for g in groups):
             return [(os.path.join(*(g[0] for g in groups)), table.drop_columns(keys))]
         counts = pc.value_counts(codes)
-        sizes = sorted(
-            zip(counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True)
-        )
+        sizes = sorted(zip(counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True))
         # Stable: each partition's rows keep their order.
         rows = table.take(pc.sort_indices(codes)).drop_columns(keys)
         out: list[tuple[str, pa.Table]] = []
