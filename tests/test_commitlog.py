@@ -82,3 +82,24 @@ def test_the_log_is_read_whole_lines_only(tmp_path: Path) -> None:
     second = CommitEntry("w-2", "w", 2, 1, (), (OffsetRange("T", "b", 0, 3, 3),))
     log.append(second)
     assert [e.flush_id for e in log.read_new()] == ["w-2"]
+
+
+def test_writers_of_one_log_read_each_others_commits(tmp_path: Path) -> None:
+    """Each log keeps its files open between calls; commits by others are still seen."""
+    ours, theirs = CommitLog(control_dir(tmp_path)), CommitLog(control_dir(tmp_path))
+    entries = [
+        CommitEntry(f"w-{n}", "w", n, 1, (), (OffsetRange("T", "b", 0, n, n),)) for n in range(4)
+    ]
+    ours.append(entries[0])
+    assert theirs.read_new() == [entries[0]]
+    theirs.append(entries[1])
+    ours.append(entries[2])
+    assert theirs.read_new() == [entries[1], entries[2]]
+    assert ours.read_new() == entries[:3]
+    # Closed (a writer released its staging area), then used again: it opens them again.
+    ours.close()
+    ours.append(entries[3])
+    assert ours.read_new() == [entries[3]]
+    assert theirs.read_new() == [entries[3]]
+    assert CommitLog(control_dir(tmp_path)).read_all() == entries
+    theirs.close()
