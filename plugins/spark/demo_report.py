@@ -201,7 +201,8 @@ def format_report(result: DemoResult, *, deleted: bool = False, unicode: bool = 
         *(
             [
                 f"  bare consume       {result.bare_consume_rate:>10,.0f} msg/s (no-op listener, "
-                f"same messages; end to end is {rate / result.bare_consume_rate:.2f} of it)"
+                "same messages and subscription; end to end is "
+                f"{rate / result.bare_consume_rate:.2f} of it)"
             ]
             if result.bare_consume_rate > 0
             else []
