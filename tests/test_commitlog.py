@@ -85,7 +85,7 @@ def test_the_log_is_read_whole_lines_only(tmp_path: Path) -> None:
 
 
 def test_writers_of_one_log_read_each_others_commits(tmp_path: Path) -> None:
-    """Each log keeps its files open between calls; commits by others are still seen."""
+    """Two writers of one log (processes, or machines sharing a mount) see each other's commits."""
     ours, theirs = CommitLog(control_dir(tmp_path)), CommitLog(control_dir(tmp_path))
     entries = [
         CommitEntry(f"w-{n}", "w", n, 1, (), (OffsetRange("T", "b", 0, n, n),)) for n in range(4)
@@ -96,10 +96,28 @@ def test_writers_of_one_log_read_each_others_commits(tmp_path: Path) -> None:
     ours.append(entries[2])
     assert theirs.read_new() == [entries[1], entries[2]]
     assert ours.read_new() == entries[:3]
-    # Closed (a writer released its staging area), then used again: it opens them again.
-    ours.close()
     ours.append(entries[3])
     assert ours.read_new() == [entries[3]]
     assert theirs.read_new() == [entries[3]]
     assert CommitLog(control_dir(tmp_path)).read_all() == entries
-    theirs.close()
+
+
+def test_a_commit_after_the_log_file_was_replaced_lands_in_the_new_file(tmp_path: Path) -> None:
+    """The log is opened by path for each read and append, never through a kept descriptor:
+    one kept open would write to a file renamed away (a restore, a copy put back) and, on a
+    shared mount, read a stale end of file (NFS refreshes a file's size when it is opened)."""
+    import os
+    import shutil
+
+    directory = control_dir(tmp_path)
+    ours = CommitLog(directory)
+    entries = [
+        CommitEntry(f"w-{n}", "w", n, 1, (), (OffsetRange("T", "b", 0, n, n),)) for n in range(2)
+    ]
+    ours.append(entries[0])
+    assert ours.read_new() == [entries[0]]
+    os.replace(directory / "commits.log", directory / "commits.old")
+    shutil.copy(directory / "commits.old", directory / "commits.log")
+    ours.append(entries[1])
+    assert ours.read_new() == [entries[1]]
+    assert CommitLog(directory).read_all() == entries

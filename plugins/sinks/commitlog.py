@@ -38,7 +38,6 @@ import logging
 import os
 import shutil
 import time
-import weakref
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,8 +59,6 @@ __all__ = [
 log = logging.getLogger("rmqk.plugins.sinks.commitlog")
 
 CONTROL_DIR = "_rmqk"
-# Bytes of the log read per syscall (a flush's line is a few hundred).
-_READ_CHUNK = 1 << 20
 
 
 def control_dir(output: str | os.PathLike[str]) -> Path:
@@ -121,11 +118,6 @@ class CommitLog:
         self._position = 0
         self._partial = b""
         self._ensured = False
-        # Kept open: each open, stat and close is a syscall that, in the writer thread,
-        # gives the GIL up and waits for the event loop to hand it back (two reads and
-        # an append per flush cost some 20 of them this way, 3 now).
-        self._fds: dict[str, int] = {}
-        self._finalizer = weakref.finalize(self, _close_all, self._fds)
 
     def ensure(self) -> None:
         # Once per object: the log is never deleted, and each check is syscalls that
@@ -152,18 +144,13 @@ class CommitLog:
 
     def read_new(self) -> list[CommitEntry]:
         """Entries appended since the last call (all of them on the first call)."""
-        fd = self._fd("read", os.O_RDONLY)
-        chunks = []
-        while True:
-            # One syscall when less than a chunk is new (a short read is the end).
-            chunk = os.pread(fd, _READ_CHUNK, self._position)
-            self._position += len(chunk)
-            chunks.append(chunk)
-            if len(chunk) < _READ_CHUNK:
-                break
-        data = b"".join(chunks)
+        self.ensure()
+        with open(self.path, "rb") as f:
+            f.seek(self._position)
+            data = f.read()
         if not data:
             return []
+        self._position += len(data)
         data = self._partial + data
         lines = data.split(b"\n")
         # The last piece has no newline yet: a line being written, or a torn one.
@@ -176,38 +163,20 @@ class CommitLog:
         return entries
 
     def read_all(self) -> list[CommitEntry]:
-        log = CommitLog(self.directory)
-        try:
-            return log.read_new()
-        finally:
-            log.close()
+        return CommitLog(self.directory).read_new()
 
     def append(self, entry: CommitEntry) -> None:
         payload = entry.to_json()
         crc = zlib.crc32(payload.encode()) & 0xFFFFFFFF
         line = f"\n{crc:08x} {payload}\n".encode()
-        fd = self._fd("append", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-
-    def close(self) -> None:
-        """Close the log's files (it opens them again if used after)."""
-        _close_all(self._fds)
-
-    def _fd(self, use: str, flags: int) -> int:
-        fd = self._fds.get(use)
-        if fd is None:
-            self.ensure()
-            fd = self._fds[use] = os.open(self.path, flags, 0o644)
-        return fd
-
-
-def _close_all(fds: dict[str, int]) -> None:
-    while fds:
-        _, fd = fds.popitem()
-        with contextlib.suppress(OSError):
+        self.ensure()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
             os.close(fd)
 
 
@@ -311,7 +280,6 @@ class StagingArea:
             (self.root / "owners" / f"{self.owner}.lock").unlink()
         os.close(self._lock_fd)
         self._lock_fd = None
-        self.log.close()
 
     def flush_dir(self, seq: int) -> Path:
         return self.owner_dir / f"{seq:08d}"
