@@ -86,7 +86,8 @@ format = "parquet"
 partition_by = "tags"
 # The JSON body becomes columns; the other columns are the message's metadata.
 body_format = "json"
-body_schema = "order_id STRING, customer_id STRING, event STRING, amount DOUBLE, currency STRING, items INT, ts BIGINT"
+body_schema = "order_id STRING, customer_id STRING, event STRING, amount DOUBLE, \
+currency STRING, items INT, ts BIGINT"
 exactly_once = true
 # One flush is written while the next one fills; the last rows of a backlog (or
 # of a trickle) wait at most flush_seconds.
