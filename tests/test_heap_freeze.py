@@ -83,3 +83,30 @@ async def test_an_open_spark_sink_holds_the_freeze_until_closed(tmp_path: Path) 
     assert gc.get_freeze_count() > 0
     await second.close()
     assert gc.get_freeze_count() == 0 and not heap_freeze.frozen_by_us
+
+
+async def test_a_sink_closed_while_starting_leaves_nothing_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() during start(): the freeze taken after the writer started would have no release."""
+    import asyncio
+
+    from rmqk.plugins.spark import sink as sink_module
+
+    async def slow_start(self: object) -> None:
+        await asyncio.sleep(0.05)
+
+    async def no_close(self: object) -> None:
+        return None
+
+    monkeypatch.setattr(sink_module.OutputWriter, "start", slow_start)
+    monkeypatch.setattr(sink_module.OutputWriter, "close", no_close)
+    sink = sink_module.SparkSink({"path": str(tmp_path / "out")})
+    starting = asyncio.ensure_future(sink.start())
+    await asyncio.sleep(0.01)
+    await sink.close()
+    await starting
+    await sink.close()
+    assert gc.get_freeze_count() == 0
+    assert not heap_freeze.frozen_by_us
+

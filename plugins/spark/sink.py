@@ -320,6 +320,8 @@ class SparkSink:
         require_spark()
         self.options = parse_sink_options(options)
         self.writer: OutputWriter | None = None
+        # Whether this sink holds the heap frozen (heap_freeze): released once, on close.
+        self._holds_heap = False
         self._stats = SparkFlushStats()
 
     @property
@@ -361,8 +363,11 @@ class SparkSink:
                 _writers.pop(key, None)
             self.writer = None
             raise
-        # Full collections while the window is in flight skip the start-up heap.
-        heap_freeze.hold()
+        # Full collections while the window is in flight skip the start-up heap; not if
+        # the sink was closed while its writer started (nothing would release it).
+        if self.writer is writer and not self._holds_heap:
+            heap_freeze.hold()
+            self._holds_heap = True
 
     @property
     def window_rows(self) -> int:
@@ -387,7 +392,9 @@ class SparkSink:
         writer, self.writer = self.writer, None
         if writer is None:
             return
-        heap_freeze.release()
+        if self._holds_heap:
+            self._holds_heap = False
+            heap_freeze.release()
         writer.users -= 1
         if writer.users > 0:
             return
