@@ -116,7 +116,13 @@ class FrameWriter:
             writer.mode("append").saveAsTable(opts.table)
             # saveAsTable has created the table or checked it against the frame (format,
             # partitioning, columns): later flushes insert into it (see _insert).
-            self._table_columns = list(self.session.table(opts.table).columns)
+            # The flush is written by now: a failed lookup only leaves the next flush
+            # to saveAsTable again, it must not fail (and redeliver) this one.
+            try:
+                self._table_columns = list(self.session.table(opts.table).columns)
+            except Exception as exc:
+                log.info("spark sink: columns of %s not read (%s)", opts.table, exc)
+                self._table_columns = None
         else:
             assert opts.path is not None
             writer.mode("append").save(opts.path)
@@ -137,9 +143,13 @@ class FrameWriter:
         0.21 s; at 100,000 rows the difference is within the noise. It matches
         columns by position, so the frame is put in the table's column order.
 
-        False, with nothing written, if Spark refused the insert when analysing
-        it (the table was dropped or changed meanwhile): then ``saveAsTable``
-        writes the flush, creating or checking the table again.
+        False if Spark refused the insert (the table was dropped or changed
+        meanwhile): then ``saveAsTable`` writes the flush, creating or checking
+        the table again. Spark refuses most such inserts while analysing them,
+        before any file is written; one refused after its files were written
+        (a partition another writer registered first, the table dropped
+        mid-write) lands twice, as any retried flush of this at-least-once
+        output may.
         """
         from pyspark.errors import AnalysisException
 
