@@ -9,11 +9,17 @@ warns and the wheel holds the pure-Python decoder alone, which is also what
 
 from setuptools import Extension, setup
 
+# Both extensions that touch MessageExt's slots include it: listed in their
+# ``depends`` so that editing it rebuilds them and the sdist carries it.
+SLOT_OFFSETS_H = "plugins/_slot_offsets.h"
+
 setup(
     ext_modules=[
         Extension(
             "rmqk.plugins.remoting._speedups",
             sources=["plugins/remoting/_speedups.c"],
+            depends=[SLOT_OFFSETS_H],
+            include_dirs=["plugins"],
             optional=True,
         ),
         Extension(
@@ -29,7 +35,8 @@ setup(
         Extension(
             "rmqk.plugins.spark._columns",
             sources=["plugins/spark/_columns.c", "plugins/spark/_columns_props.c"],
-            depends=["plugins/spark/_columns.h"],
+            depends=["plugins/spark/_columns.h", SLOT_OFFSETS_H],
+            include_dirs=["plugins"],
             optional=True,
         ),
     ]

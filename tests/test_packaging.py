@@ -1,10 +1,16 @@
-"""The package list matches the folders, and the kernel never imports plugins."""
+"""The package list matches the folders, the kernel never imports plugins, and C headers ship."""
 
 from __future__ import annotations
 
 import ast
+import re
+import runpy
 import tomllib
 from pathlib import Path
+from typing import Any
+
+import pytest
+import setuptools
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,3 +93,37 @@ def test_entry_points_name_existing_modules() -> None:
         assert (base.with_suffix(".py")).exists() or (base / "__init__.py").exists(), (
             f"entry point {name} -> {target} names no module on disk"
         )
+
+
+def _extensions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    captured: dict[str, Any] = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"))
+    return list(captured["ext_modules"])
+
+
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def test_every_included_header_is_declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A header missing from `depends` is left out of the sdist (the build from it
+    # then fails) and editing it does not rebuild the extensions that include it.
+    extensions = _extensions(monkeypatch)
+    assert extensions
+    for ext in extensions:
+        declared = {Path(d) for d in ext.depends}
+        todo = [Path(s) for s in ext.sources]
+        seen: set[Path] = set()
+        while todo:
+            source = todo.pop()
+            for name in _QUOTED_INCLUDE.findall((ROOT / source).read_text()):
+                candidates = [source.parent / name, *(Path(d) / name for d in ext.include_dirs)]
+                found = [c for c in candidates if (ROOT / c).is_file()]
+                assert found, f"{ext.name}: {source} includes {name!r}, found nowhere"
+                header = found[0]
+                assert header in declared, f"{ext.name}: {header} is not in its depends"
+                if header not in seen:
+                    seen.add(header)
+                    todo.append(header)
+        assert all((ROOT / d).is_file() for d in declared), f"{ext.name}: a stale depends entry"

@@ -15,7 +15,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
-#include <structmember.h>
+
+#include "_slot_offsets.h"
 
 enum {
     S_STORE_SIZE,
@@ -114,18 +115,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "expected %d slot descriptors", N_SLOTS);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < N_SLOTS; i++) {
-        PyObject *d = PyTuple_GET_ITEM(descriptors, i);
-        if (!PyObject_TypeCheck(d, &PyMemberDescr_Type)) {
-            PyErr_SetString(PyExc_TypeError, "not a slot (member descriptor)");
-            return NULL;
-        }
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || ((PyDescrObject *)d)->d_type != (PyTypeObject *)type) {
-            PyErr_SetString(PyExc_TypeError, "not an object slot of the given type");
-            return NULL;
-        }
-        slot_offsets[i] = m->offset;
+    if (rmqk_slot_offsets((PyTypeObject *)type, descriptors, slot_offsets, N_SLOTS) < 0) {
+        return NULL;
     }
     Py_INCREF(type);
     Py_XSETREF(ext_type, (PyTypeObject *)type);

@@ -18,8 +18,7 @@
  * _columns_props.c reads the properties.
  */
 #include "_columns.h"
-
-#include <structmember.h>
+#include "_slot_offsets.h"
 
 static PyTypeObject *ext_type = NULL;
 
@@ -487,18 +486,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     }
     /* Unusable until configured in full. */
     Py_CLEAR(ext_type);
-    for (Py_ssize_t i = 0; i < N_SLOTS; i++) {
-        PyObject *d = PyTuple_GET_ITEM(descriptors, i);
-        if (!PyObject_TypeCheck(d, &PyMemberDescr_Type)) {
-            PyErr_SetString(PyExc_TypeError, "not a slot (member descriptor)");
-            return NULL;
-        }
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || ((PyDescrObject *)d)->d_type != (PyTypeObject *)type) {
-            PyErr_SetString(PyExc_TypeError, "not an object slot of the given type");
-            return NULL;
-        }
-        col_slot_offsets[i] = m->offset;
+    if (rmqk_slot_offsets((PyTypeObject *)type, descriptors, col_slot_offsets, N_SLOTS) < 0) {
+        return NULL;
     }
     col_n_names = 0;
     col_name_lengths = 0;
