@@ -1,29 +1,9 @@
 """Stored message records (commit log and PULL_MESSAGE bodies) and batch send bodies.
 
 A stored record, big-endian, as the 4.9 broker writes it to its commit log and
-serves it in pull responses (MessageDecoder / CommitLog.MessageExtEncoder)::
-
-    off  field
-      0  TOTALSIZE            i32   the record's length, itself included
-      4  MAGICCODE            i32   V1 (1-byte topic length) or V2 (2-byte, 5.x)
-      8  BODYCRC              i32   zlib.crc32(stored body) & 0x7FFFFFFF
-     12  QUEUEID              i32
-     16  FLAG                 i32   the producer's flag
-     20  QUEUEOFFSET          i64   consume-queue offset
-     28  PHYSICALOFFSET       i64   commit-log offset
-     36  SYSFLAG              i32   MessageSysFlag
-     40  BORNTIMESTAMP        i64
-     48  BORNHOST             ip(4|16) + port:i32   16-byte ip if SYSFLAG & 0x10
-      .  STORETIMESTAMP       i64
-      .  STOREHOST            ip(4|16) + port:i32   16-byte ip if SYSFLAG & 0x20
-      .  RECONSUMETIMES       i32
-      .  PREPARED_TX_OFFSET   i64
-      .  BODY                 i32 length + bytes (zlib-deflated if SYSFLAG & 0x1)
-      .  TOPIC                u8 (V1) or i16 (V2) length + UTF-8
-      .  PROPERTIES           i16 length + UTF-8 ``k\\x01v\\x02k\\x01v``
-
-The fixed prefix up to and including the body length is 88 bytes with IPv4 hosts;
-each IPv6 host adds 12.
+serves it in pull responses: its fields and their offsets are in
+:mod:`rmqk.plugins.remoting.record_layout` (the names other modules import
+from here are re-exported).
 
 Decoding is the consumer's hot path: one precompiled Struct reads the prefix,
 hosts are formatted once per distinct address, and properties stay raw text that
@@ -32,7 +12,6 @@ hosts are formatted once per distinct address, and properties stay raw text that
 
 from __future__ import annotations
 
-import enum
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -43,16 +22,32 @@ from rmqk.extensions import extensions_disabled
 from rmqk.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Message, MessageExt
 from rmqk.plugins.remoting.compression import inflate, maybe_compress
 from rmqk.plugins.remoting.hosts import HOST_TEXTS, BadHost, host_bytes, host_text
+from rmqk.plugins.remoting.record_layout import (
+    BORN_V6,
+    COMMIT_LOG_OFFSET_OFFSET,
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    PREFIXES,
+    PROPERTIES_MAX,
+    QUEUE_ID_OFFSET,
+    QUEUE_OFFSET_OFFSET,
+    STORE_V6,
+    SYS_FLAG_OFFSET,
+    TOTAL_SIZE_OFFSET,
+    V6_FLAGS,
+    ZLIB_COMPRESSED_SYS_FLAG,
+    MessageSysFlag,
+    body_crc,
+    prefix_size,
+    reconsume_times_offset,
+    store_host_offset,
+    store_timestamp_offset,
+)
 from rmqk.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE
 from rmqk.uniq_id import create_uniq_id, uniq_id_timestamp
 
 __all__ = [
-    "BODY_CRC_OFFSET",
-    "BORN_HOST_OFFSET",
-    "BORN_TIMESTAMP_OFFSET",
     "COMMIT_LOG_OFFSET_OFFSET",
-    "FLAG_OFFSET",
-    "MAGIC_CODE_OFFSET",
     "MAGIC_CODE_V1",
     "MAGIC_CODE_V2",
     "QUEUE_ID_OFFSET",
@@ -82,78 +77,12 @@ __all__ = [
     "uniq_id_timestamp",
 ]
 
-MAGIC_CODE_V1 = -626843481  # 0xDAA320A7
-MAGIC_CODE_V2 = -626843477  # 0xDAA320AB
-
-TOTAL_SIZE_OFFSET = 0
-MAGIC_CODE_OFFSET = 4
-BODY_CRC_OFFSET = 8
-QUEUE_ID_OFFSET = 12
-FLAG_OFFSET = 16
-QUEUE_OFFSET_OFFSET = 20
-COMMIT_LOG_OFFSET_OFFSET = 28
-SYS_FLAG_OFFSET = 36
-BORN_TIMESTAMP_OFFSET = 40
-BORN_HOST_OFFSET = 48
-
-
-class MessageSysFlag(enum.IntFlag):
-    COMPRESSED = 0x1
-    MULTI_TAGS = 0x2
-    TRANSACTION_PREPARED = 0x4
-    TRANSACTION_COMMIT = 0x8
-    TRANSACTION_ROLLBACK = 0xC
-    BORNHOST_V6 = 0x10
-    STOREHOST_V6 = 0x20
-    NEED_UNWRAP = 0x40
-    INNER_BATCH = 0x80
-    COMPRESSION_LZ4 = 0x100
-    COMPRESSION_ZSTD = 0x200
-    COMPRESSION_ZLIB = 0x300
-    COMPRESSION_TYPE_MASK = 0x700
-
-
-# What a 4.9.8 producer sets on a body it compressed (COMPRESSED | ZLIB type).
-ZLIB_COMPRESSED_SYS_FLAG = 0x301
-_V6_FLAGS = 0x30
-_BORN_V6 = 0x10
-_STORE_V6 = 0x20
-_PROPERTIES_MAX = 0x7FFF
-
-# The prefix through the body length, with each host as raw ip+port bytes: a
-# comparison with the previous record's, or one dict lookup, gives its text.
-_PREFIXES = tuple(
-    struct.Struct(f">iiiiiqqiq{born}sq{store}siqi")
-    for born, store in ((8, 8), (20, 8), (8, 20), (20, 20))
-)
-_PREFIX_V4 = _PREFIXES[0]
+_PREFIX_V4 = PREFIXES[0]
 _MIN_RECORD = _PREFIX_V4.size + 1 + 2  # empty topic and properties
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, body length
-
-
-def prefix_size(sys_flag: int) -> int:
-    """Bytes of the fixed prefix, body length included: 88, 100 or 112."""
-    return _PREFIXES[(sys_flag & _V6_FLAGS) >> 4].size
-
-
-def store_timestamp_offset(sys_flag: int) -> int:
-    return BORN_HOST_OFFSET + (20 if sys_flag & _BORN_V6 else 8)
-
-
-def store_host_offset(sys_flag: int) -> int:
-    return store_timestamp_offset(sys_flag) + 8
-
-
-def reconsume_times_offset(sys_flag: int) -> int:
-    return store_host_offset(sys_flag) + (20 if sys_flag & _STORE_V6 else 8)
-
-
-def body_crc(body: bytes) -> int:
-    """BODYCRC as the broker computes it (UtilAll.crc32: a non-negative int32)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 # ----------------------------------------------------------------------------- decode
@@ -307,7 +236,7 @@ def _decode_records_py(
             sys_flag = vals[7]
             pos = off + prefix_v4_size
             if sys_flag & 0x30:
-                prefix = _PREFIXES[(sys_flag & 0x30) >> 4]
+                prefix = PREFIXES[(sys_flag & 0x30) >> 4]
                 vals = prefix.unpack_from(buf, off)
                 pos = off + prefix.size
             (
@@ -513,11 +442,11 @@ def encode_stored_message(
     """
     born = host_bytes(born_host)
     store = host_bytes(store_host)
-    sys_flag &= ~_V6_FLAGS
+    sys_flag &= ~V6_FLAGS
     if len(born) == 20:
-        sys_flag |= _BORN_V6
+        sys_flag |= BORN_V6
     if len(store) == 20:
-        sys_flag |= _STORE_V6
+        sys_flag |= STORE_V6
     topic_bytes = topic.encode("utf-8")
     if magic_code == MAGIC_CODE_V1:
         if len(topic_bytes) > 127:
@@ -530,9 +459,9 @@ def encode_stored_message(
     else:
         raise ValueError(f"unknown magic code {magic_code}")
     props = properties_raw.encode("utf-8")
-    if len(props) > _PROPERTIES_MAX:
-        raise ValueError(f"properties of {len(props)} bytes exceed {_PROPERTIES_MAX}")
-    prefix = _PREFIXES[sys_flag >> 4 & 3]
+    if len(props) > PROPERTIES_MAX:
+        raise ValueError(f"properties of {len(props)} bytes exceed {PROPERTIES_MAX}")
+    prefix = PREFIXES[sys_flag >> 4 & 3]
     total = prefix.size + len(body) + len(topic_len) + len(topic_bytes) + 2 + len(props)
     head = prefix.pack(
         total,
@@ -597,9 +526,9 @@ def encode_batch(messages: Sequence[Message]) -> bytes:
     parts: list[bytes] = []
     for index, message in enumerate(messages):
         props = java_properties_string(message.properties).encode("utf-8")
-        if len(props) > _PROPERTIES_MAX:
+        if len(props) > PROPERTIES_MAX:
             raise ValueError(
-                f"batch message #{index}: properties of {len(props)} bytes exceed {_PROPERTIES_MAX}"
+                f"batch message #{index}: properties of {len(props)} bytes exceed {PROPERTIES_MAX}"
             )
         body = message.body
         total = _BATCH_HEAD.size + len(body) + 2 + len(props)
