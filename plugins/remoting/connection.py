@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -36,24 +35,17 @@ from rmqk.errors import (
     RemotingSendError,
     RemotingTimeoutError,
 )
+from rmqk.plugins.remoting.addresses import connect_failure_reason as _reason  # tests import it
+from rmqk.plugins.remoting.addresses import split_address
 from rmqk.plugins.remoting.frame import MAX_FRAME_SIZE, FrameDecoder, SerializeType, encode_frame
 from rmqk.protocol import RPC_TYPE_RESPONSE, RemotingCommand
 
-__all__ = ["Connection", "ConnectionPool", "RequestListener", "split_address"]
+__all__ = ["Connection", "ConnectionPool", "RequestListener"]
 
 log = logging.getLogger("rmqk.remoting")
 
 # Called for every request a peer sends us; must return without blocking.
 RequestListener = Callable[["Connection", RemotingCommand, SerializeType], None]
-
-
-def split_address(addr: str) -> tuple[str, int]:
-    """``host:port`` (or ``[v6]:port``) as (host, port)."""
-    host, sep, port = addr.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise RemotingConnectError(f"address {addr!r} is not host:port")
-    return host, int(port)
 
 
 class _Pending:
@@ -594,10 +586,3 @@ class ConnectionPool:
         # Let the transports run their close callbacks before the loop may end.
         await asyncio.sleep(0)
 
-
-def _reason(exc: BaseException) -> str:
-    """The cause of a failed connect, without the address asyncio repeats in its text
-    ("[Errno 111] Connect call failed ('127.0.0.1', 9876)" reads "connection refused")."""
-    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.errno:
-        return os.strerror(exc.errno).lower()
-    return str(exc)
