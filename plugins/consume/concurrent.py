@@ -24,12 +24,13 @@ from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
 from rmqk.options import OptionSpec
 from rmqk.plugins.consume.backlog import Backlog, Chunk
+from rmqk.plugins.consume.direct import consume_concurrently_directly
 from rmqk.plugins.consume.expired import clean_expired_loop, clean_expired_messages
-from rmqk.plugins.consume.status import read_status
+from rmqk.plugins.consume.status import normalize_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.transport import ConsumeMessageDirectlyResult
 
-__all__ = ["ConcurrentConsumeService", "normalize_status"]
+__all__ = ["ConcurrentConsumeService"]
 
 log = logging.getLogger("rmqk.plugins.consume.concurrent")
 
@@ -42,13 +43,6 @@ MAX_GROUP = 64
 GROUP_BUDGET_MS = 5.0
 # Sync calls quicker than this (moving average) run one group at a time.
 QUICK_CALL_MS = 0.5
-
-
-def normalize_status(value: Any) -> ConsumeStatus | None:
-    """A listener's answer as a ConsumeStatus; None (success) or an unknown value -> None."""
-    return read_status(
-        value, ConsumeStatus, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.RECONSUME_LATER
-    )
 
 
 class _Acks:
@@ -577,28 +571,4 @@ class ConcurrentConsumeService:
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
-        host = self.host
-        mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
-        ctx = ConsumeConcurrentlyContext(mq)
-        host.reset_retry_topic([msg])
-        # Java runs no consume hooks on this debugging path.
-        outcome, _ = await host.listener.invoke(mq, [msg], ctx, hooks=False)
-        remark = None
-        if outcome.exception is not None:
-            result = "CR_THROW_EXCEPTION"
-            remark = f"{type(outcome.exception).__name__}: {outcome.exception}"
-        else:
-            status = normalize_status(outcome.status)
-            if status is ConsumeStatus.CONSUME_SUCCESS:
-                result = "CR_SUCCESS"
-            elif status is ConsumeStatus.RECONSUME_LATER:
-                result = "CR_LATER"
-            else:
-                result = "CR_RETURN_NULL"
-        return ConsumeMessageDirectlyResult(
-            order=False,
-            auto_commit=True,
-            consume_result=result,
-            remark=remark,
-            spent_time_mills=int(outcome.duration_ms),
-        )
+        return await consume_concurrently_directly(self.host, msg, broker_name)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 from typing import Any, TypeVar
 
-__all__ = ["read_status"]
+from rmqk.model import ConsumeStatus
+
+__all__ = ["normalize_status", "read_status"]
 
 S = TypeVar("S", bound=enum.Enum)
 
@@ -28,3 +30,10 @@ def read_status(value: Any, kind: type[S], success: S, failure: S) -> S | None:
     if value is False:
         return failure
     return None
+
+
+def normalize_status(value: Any) -> ConsumeStatus | None:
+    """A listener's answer as a ConsumeStatus; None (success) or an unknown value -> None."""
+    return read_status(
+        value, ConsumeStatus, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.RECONSUME_LATER
+    )
