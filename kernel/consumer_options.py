@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -39,22 +39,15 @@ from rmqk.optionspec import (
     option_specs,
 )
 from rmqk.optionspec import option as _option
-from rmqk.optiontext import (
-    suggest,
-    unknown_key_message,
-)
+from rmqk.optiontext import unknown_key_message
 from rmqk.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE
 
 __all__ = [
     "OPTIONS",
     "OPTIONS_BY_NAME",
-    "PLUGIN_OPTIONS",
     "AccessChannel",
     "ConsumerOptions",
-    "PluginChoice",
-    "check_plugin_names",
     "default_consume_timestamp",
-    "plugin_choices",
     "validate_options",
 ]
 
@@ -516,14 +509,6 @@ class ConsumerOptions:
 OPTIONS: tuple[OptionSpec, ...] = tuple(option_specs(ConsumerOptions).values())
 OPTIONS_BY_NAME: Mapping[str, OptionSpec] = option_specs(ConsumerOptions)
 
-# Pairs of (plugin option, its options table).
-PLUGIN_OPTIONS: tuple[tuple[str, str], ...] = (
-    ("allocate_message_queue_strategy", "allocate_options"),
-    ("offset_store", "offset_store_options"),
-    ("transport", "transport_options"),
-    ("consume_service", "consume_service_options"),
-)
-
 
 def validate_options(
     mapping: Mapping[str, Any], where: Where
@@ -551,51 +536,3 @@ def validate_options(
             )
         )
     return options, problems
-
-
-@attrs.frozen
-class PluginChoice:
-    """One plugin a consumer is composed of: the key that picks it, its name and kind."""
-
-    key: str
-    name: str
-    kind: str
-
-
-def plugin_choices(options: ConsumerOptions) -> list[PluginChoice]:
-    """The plugins ``options`` compose, with the offset store resolved by message model."""
-    out: list[PluginChoice] = []
-    for key, _table in PLUGIN_OPTIONS:
-        spec = OPTIONS_BY_NAME[key]
-        assert spec.plugin_kind is not None
-        name = options.effective_offset_store if key == "offset_store" else getattr(options, key)
-        out.append(PluginChoice(key, name, spec.plugin_kind))
-    return out
-
-
-def check_plugin_names(
-    choices: Iterable[PluginChoice], where: Where, *, explicit: Collection[str] = ()
-) -> list[ConfigProblem]:
-    """Problems for plugin names that no installed plugin registered.
-
-    Keys not in ``explicit`` are reported as defaults, since the file does not
-    mention them.
-    """
-    from rmqk.pluginmanager import registries
-
-    regs = registries()
-    problems: list[ConfigProblem] = []
-    for choice in choices:
-        registry = regs.by_kind(choice.kind)
-        if choice.name in registry:
-            continue
-        known = ", ".join(registry.names()) or "(none: are the rmqk plugins installed and enabled?)"
-        origin = "" if choice.key in explicit else " (the default)"
-        hint = suggest(choice.name, registry.names())
-        problems.append(
-            where.problem(
-                choice.key,
-                f"unknown {choice.kind} {choice.name!r}{origin}{hint}; registered: {known}",
-            )
-        )
-    return problems

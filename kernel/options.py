@@ -28,13 +28,9 @@ from __future__ import annotations
 from rmqk.consumer_options import (
     OPTIONS,
     OPTIONS_BY_NAME,
-    PLUGIN_OPTIONS,
     AccessChannel,
     ConsumerOptions,
-    PluginChoice,
-    check_plugin_names,
     default_consume_timestamp,
-    plugin_choices,
     validate_options,
 )
 from rmqk.names import (
@@ -68,6 +64,12 @@ from rmqk.optiontext import (
     render_value,
     suggest,
     unknown_key_message,
+)
+from rmqk.plugin_choices import (
+    PLUGIN_OPTIONS,
+    PluginChoice,
+    check_plugin_names,
+    plugin_choices,
 )
 
 __all__ = [
