@@ -112,12 +112,19 @@ class ConsumeListener(Protocol):
         """True when a plugin implements the consume hooks: call through ``invoke`` then."""
 
     async def invoke(
-        self, queue: MessageQueue, msgs: Sequence[MessageExt], context: Any, hooks: bool = True
+        self,
+        queue: MessageQueue,
+        msgs: Sequence[MessageExt],
+        context: Any,
+        hooks: bool = True,
+        detach: bool = False,
     ) -> tuple[ListenerOutcome, ConsumeMessageContext | None]:
         """One listener call, on the listener's pool, never raising for the listener's errors.
 
         Runs ``rmqk_consume_message_before`` first when ``hooks`` and returns its
-        context; fill in its outcome and pass it to :meth:`after`.
+        context; fill in its outcome and pass it to :meth:`after`. A future an
+        async listener returns is awaited, unless ``detach``: then the outcome's
+        status is that future, for the caller to await without holding a worker.
         """
 
     async def invoke_group(

@@ -283,3 +283,64 @@ async def test_one_queue_beside_the_retry_queue_still_holds_the_whole_window(
         reset_plugin_manager()
     assert sink.flushed_rows[0] >= HoldingSink.window_rows, sink.most_waiting
     assert len(sink.bodies) == total and max(sink.bodies.values()) == 1
+
+
+async def test_with_consume_hooks_pending_futures_hold_no_worker(broker: Any) -> None:
+    """A metrics or trace plugin (consume hooks) must not make each deferred batch hold a
+    consume worker until its flush: the after hook runs when the future resolves."""
+    from rmqk.contexts import ConsumeMessageContext
+    from rmqk.hookspecs import hookimpl
+    from rmqk.pluginmanager import get_plugin_manager
+
+    after: list[tuple[int, bool, str | None]] = []
+
+    class Metrics:
+        @hookimpl
+        def rmqk_consume_message_after(self, context: ConsumeMessageContext) -> None:
+            after.append((len(context.messages), context.success, context.return_type))
+
+    await create_topic(broker, "DeferredHooked", 2)
+    total = 640
+    await produce(
+        broker.namesrv_addr, "DeferredHooked", (f"h{i}".encode() for i in range(total))
+    )
+    loop = asyncio.get_running_loop()
+    pending: list[tuple[asyncio.Future[None], list[MessageExt]]] = []
+    pm = get_plugin_manager()
+    pm.register(Metrics(), name="test-metrics")
+    c = consumer(broker, "g-deferred-hooked", consume_thread_min=1, consume_thread_max=1)
+    c.subscribe("DeferredHooked", "*")
+
+    @c.register_listener
+    async def listener(msgs: list[MessageExt]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = loop.create_future()
+        pending.append((fut, list(msgs)))
+        return fut
+
+    try:
+        await c.start()
+        try:
+            await wait_for(
+                lambda: sum(len(m) for _, m in pending) >= total, 30, "every batch unresolved"
+            )
+            assert after == []  # nothing concluded before its future resolves
+            batches = len(pending)
+            failed = len(pending[0][1])
+            pending[0][0].set_exception(RuntimeError("flush failed"))
+            for fut, _ in pending[1:]:
+                fut.set_result(None)
+            await wait_for(lambda: len(after) >= batches, 30, "an after hook per batch")
+            assert (failed, False, "EXCEPTION") in after[:batches]
+            assert sum(n for n, ok, _ in after[:batches] if ok) == total - failed
+            # The failed batch comes back through the retry topic and is consumed again.
+            await wait_for(lambda: len(pending) > batches, 30, "the failed batch again")
+            assert sorted(m.body for m in pending[batches][1]) == sorted(
+                m.body for m in pending[0][1]
+            )
+        finally:
+            for fut, _ in pending:
+                if not fut.done():
+                    fut.set_result(None)
+            await c.shutdown()
+    finally:
+        pm.unregister(name="test-metrics")

@@ -199,8 +199,20 @@ class ListenerInvoker:
         return self._has_hooks
 
     async def invoke(
-        self, queue: MessageQueue, msgs: Sequence[MessageExt], context: Any, hooks: bool = True
+        self,
+        queue: MessageQueue,
+        msgs: Sequence[MessageExt],
+        context: Any,
+        hooks: bool = True,
+        detach: bool = False,
     ) -> tuple[ListenerOutcome, ConsumeMessageContext | None]:
+        """One listener call, with the ``before`` hook when enabled.
+
+        An async listener may return a future (an acknowledgement promised for
+        later, a sink's group commit): awaited here, unless ``detach``, when the
+        outcome's status is that future and the caller awaits it, holding no
+        worker meanwhile.
+        """
         hook_ctx: ConsumeMessageContext | None = None
         if hooks and self._hooks_enabled():
             hook_ctx = ConsumeMessageContext(self.group, queue, list(msgs))
@@ -213,9 +225,9 @@ class ListenerInvoker:
             async with self._semaphore:
                 if self.is_async:
                     status = await self.listener(*args)
-                    if isinstance(status, asyncio.Future):
+                    if isinstance(status, asyncio.Future) and not detach:
                         # An acknowledgement promised for later (a sink's group commit):
-                        # hooks and orderly consumption need the final answer.
+                        # orderly consumption needs the final answer before the next.
                         status = await status
                 else:
                     assert self._executor is not None

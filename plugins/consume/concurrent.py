@@ -19,6 +19,7 @@ from operator import attrgetter
 from typing import Any
 
 from rmqk.consume_host import ConsumeHost, QueueView
+from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
@@ -26,7 +27,7 @@ from rmqk.options import OptionSpec
 from rmqk.plugins.consume.backlog import Backlog, Chunk
 from rmqk.plugins.consume.direct import consume_concurrently_directly
 from rmqk.plugins.consume.expired import clean_expired_loop, clean_expired_messages
-from rmqk.plugins.consume.status import normalize_status
+from rmqk.plugins.consume.status import concurrent_status, describe_outcome
 from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.transport import ConsumeMessageDirectlyResult
 
@@ -90,6 +91,8 @@ class ConcurrentConsumeService:
         self._deferred = 0  # chunks whose listener returned a future not yet resolved
         # Each deferred future and its chunk: one bound method settles them all.
         self._deferred_futures: dict[asyncio.Future[Any], Chunk] = {}
+        # Deferred futures of chunks consumed with hooks (see _conclude_later).
+        self._hooked_futures: set[asyncio.Future[Any]] = set()
         self._on_settled = self._settled
         # The context the done callbacks run in: one, not a copy per call (a sink keeps
         # thousands of chunks in flight, and each copy is one more object for the
@@ -143,7 +146,7 @@ class ConcurrentConsumeService:
                 f"{self._busy} listener calls and {self._deferred} deferred writes",
                 await_termination_ms,
             )
-        for future in list(self._deferred_futures):
+        for future in [*self._deferred_futures, *self._hooked_futures]:
             future.cancel()
         await cancel_all([*self._workers, *self._tasks])
         self._workers = []
@@ -463,44 +466,64 @@ class ConcurrentConsumeService:
                 self.host.stats.add_consume_rt(topic, ms, int(calls))
 
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
-        if outcome.exception is not None:
-            self.host.listener.report_failure(outcome.exception)
-            return ConsumeStatus.RECONSUME_LATER
-        status = normalize_status(outcome.status)
-        if status is None:
-            log.warning(
-                "listener of %s returned %r; treating it as RECONSUME_LATER",
-                self.host.group,
-                outcome.status,
-            )
-            return ConsumeStatus.RECONSUME_LATER
-        return status
+        return concurrent_status(outcome, self.host)
 
     async def _consume(self, r: Chunk) -> None:
         """One chunk with the consume hooks around it."""
         host = self.host
         self._stamp(r, int(time.time() * 1000))
-        msgs, pq, mq = r.msgs, r.pq, r.mq
+        msgs, mq = r.msgs, r.mq
         ctx = ConsumeConcurrentlyContext(mq)
-        outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx)
+        outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx, detach=True)
+        if isinstance(outcome.status, asyncio.Future):
+            # A deferred acknowledgement (a sink's flush): waited for beside the workers,
+            # as without hooks, or each batch in flight would hold one of them.
+            self._deferred += 1
+            self._hooked_futures.add(outcome.status)
+            self._spawn(self._conclude_later(r, ctx, hook_ctx, outcome))
+            return
+        await self._conclude(r, ctx, outcome, hook_ctx)
+
+    async def _conclude_later(
+        self,
+        r: Chunk,
+        ctx: ConsumeConcurrentlyContext,
+        hook_ctx: ConsumeMessageContext | None,
+        promised: ListenerOutcome,
+    ) -> None:
+        """Conclude a hooked chunk once the future its listener returned resolves."""
+        future: asyncio.Future[Any] = promised.status
+        began = time.perf_counter() - promised.duration_ms / 1000
+        try:
+            try:
+                outcome = ListenerOutcome(await future, None, 0.0)
+            except asyncio.CancelledError:
+                if self._stopped:
+                    return  # given up at shutdown: the batch stays unacknowledged
+                outcome = ListenerOutcome(
+                    None, asyncio.CancelledError("the listener's future was cancelled"), 0.0
+                )
+            except Exception as exc:
+                outcome = ListenerOutcome(None, exc, 0.0)
+            outcome.duration_ms = (time.perf_counter() - began) * 1000
+        finally:
+            self._deferred -= 1
+            self._hooked_futures.discard(future)
+        await self._conclude(r, ctx, outcome, hook_ctx)
+
+    async def _conclude(
+        self,
+        r: Chunk,
+        ctx: ConsumeConcurrentlyContext,
+        outcome: ListenerOutcome,
+        hook_ctx: ConsumeMessageContext | None,
+    ) -> None:
+        """The ``after`` hook, the statistics and the result of one hooked chunk."""
+        host = self.host
+        msgs, pq, mq = r.msgs, r.pq, r.mq
         status = self._status(outcome)
         if hook_ctx is not None:
-            if outcome.exception is not None:
-                return_type = "EXCEPTION"
-            elif outcome.status is not None and normalize_status(outcome.status) is None:
-                return_type = "RETURNNULL"
-            elif outcome.duration_ms >= host.options.consume_timeout * 60_000:
-                return_type = "TIME_OUT"
-            elif status is ConsumeStatus.RECONSUME_LATER:
-                return_type = "FAILED"
-            else:
-                return_type = "SUCCESS"  # None is success here, unlike Java's RETURNNULL
-            hook_ctx.status = status.value
-            hook_ctx.success = status is ConsumeStatus.CONSUME_SUCCESS
-            hook_ctx.return_type = return_type
-            hook_ctx.duration_ms = outcome.duration_ms
-            hook_ctx.exception = outcome.exception
-            hook_ctx.props["ConsumeContextType"] = return_type
+            describe_outcome(hook_ctx, outcome, status, host.options.consume_timeout * 60_000)
             await host.listener.after(hook_ctx)
         host.stats.consume_rt(mq.topic, outcome.duration_ms)
         if pq.is_dropped():

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, TypeVar
+import logging
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmqk.model import ConsumeStatus
 
-__all__ = ["normalize_status", "read_status"]
+if TYPE_CHECKING:
+    from rmqk.consume_host import ConsumeHost
+    from rmqk.contexts import ConsumeMessageContext
+    from rmqk.engine.listener import ListenerOutcome
+
+__all__ = ["concurrent_status", "describe_outcome", "normalize_status", "read_status"]
+
+log = logging.getLogger("rmqk.plugins.consume.concurrent")
 
 S = TypeVar("S", bound=enum.Enum)
 
@@ -37,3 +45,49 @@ def normalize_status(value: Any) -> ConsumeStatus | None:
     return read_status(
         value, ConsumeStatus, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.RECONSUME_LATER
     )
+
+
+def concurrent_status(outcome: ListenerOutcome, host: ConsumeHost) -> ConsumeStatus:
+    """A concurrent listener call's status: an exception or an answer not understood
+    is RECONSUME_LATER (reported, or logged as such)."""
+    if outcome.exception is not None:
+        host.listener.report_failure(outcome.exception)
+        return ConsumeStatus.RECONSUME_LATER
+    status = normalize_status(outcome.status)
+    if status is None:
+        log.warning(
+            "listener of %s returned %r; treating it as RECONSUME_LATER",
+            host.group,
+            outcome.status,
+        )
+        return ConsumeStatus.RECONSUME_LATER
+    return status
+
+
+def describe_outcome(
+    hook_ctx: ConsumeMessageContext,
+    outcome: ListenerOutcome,
+    status: ConsumeStatus,
+    timeout_ms: float,
+) -> None:
+    """Fill in what the ``rmqk_consume_message_after`` hook sees of a concurrent listener call.
+
+    ``return_type`` is Java's ConsumeReturnType, except that None is success here
+    (Java's RETURNNULL is kept for answers the service does not understand).
+    """
+    if outcome.exception is not None:
+        return_type = "EXCEPTION"
+    elif outcome.status is not None and normalize_status(outcome.status) is None:
+        return_type = "RETURNNULL"
+    elif outcome.duration_ms >= timeout_ms:
+        return_type = "TIME_OUT"
+    elif status is ConsumeStatus.RECONSUME_LATER:
+        return_type = "FAILED"
+    else:
+        return_type = "SUCCESS"
+    hook_ctx.status = status.value
+    hook_ctx.success = status is ConsumeStatus.CONSUME_SUCCESS
+    hook_ctx.return_type = return_type
+    hook_ctx.duration_ms = outcome.duration_ms
+    hook_ctx.exception = outcome.exception
+    hook_ctx.props["ConsumeContextType"] = return_type
