@@ -13,7 +13,7 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from itertools import repeat
 from operator import attrgetter
 from typing import Any
@@ -154,9 +154,6 @@ class ConcurrentConsumeService:
         # consumer drops its queues and persists the offsets.
         self._flush_acks()
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        spawn(self._tasks, coro)
-
     def submit(
         self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue, dispatch_to_consume: bool
     ) -> None:
@@ -214,7 +211,7 @@ class ConcurrentConsumeService:
                 raise
             except Exception as exc:
                 self._busy -= 1
-                self._spawn(
+                spawn(self._tasks,
                     self._finish(r, ctx, ListenerOutcome(None, exc, (perf() - start) * 1000))
                 )
                 continue
@@ -325,7 +322,7 @@ class ConcurrentConsumeService:
             self._ack(r, duration)
             return
         if not self._stopped:
-            self._spawn(self._finish(r, ctx, outcome))
+            spawn(self._tasks, self._finish(r, ctx, outcome))
 
     async def _finish(
         self, r: Chunk, ctx: ConsumeConcurrentlyContext | None, outcome: ListenerOutcome
@@ -476,11 +473,13 @@ class ConcurrentConsumeService:
         ctx = ConsumeConcurrentlyContext(mq)
         outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx, detach=True)
         if isinstance(outcome.status, asyncio.Future):
-            # A deferred acknowledgement (a sink's flush): waited for beside the workers,
-            # as without hooks, or each batch in flight would hold one of them.
+            # A deferred acknowledgement (a sink's flush): awaited beside the workers, as
+            # without hooks; counted until its task ends (after hook and ack included).
+            future = outcome.status
             self._deferred += 1
-            self._hooked_futures.add(outcome.status)
-            self._spawn(self._conclude_later(r, ctx, hook_ctx, outcome))
+            self._hooked_futures.add(future)
+            task = spawn(self._tasks, self._conclude_later(r, ctx, hook_ctx, outcome))
+            task.add_done_callback(functools.partial(self._hooked_done, future))
             return
         await self._conclude(r, ctx, outcome, hook_ctx)
 
@@ -492,24 +491,26 @@ class ConcurrentConsumeService:
         promised: ListenerOutcome,
     ) -> None:
         """Conclude a hooked chunk once the future its listener returned resolves."""
-        future: asyncio.Future[Any] = promised.status
         began = time.perf_counter() - promised.duration_ms / 1000
         try:
-            try:
-                outcome = ListenerOutcome(await future, None, 0.0)
-            except asyncio.CancelledError:
-                if self._stopped:
-                    return  # given up at shutdown: the batch stays unacknowledged
-                outcome = ListenerOutcome(
-                    None, asyncio.CancelledError("the listener's future was cancelled"), 0.0
-                )
-            except Exception as exc:
-                outcome = ListenerOutcome(None, exc, 0.0)
-            outcome.duration_ms = (time.perf_counter() - began) * 1000
-        finally:
-            self._deferred -= 1
-            self._hooked_futures.discard(future)
-        await self._conclude(r, ctx, outcome, hook_ctx)
+            outcome = ListenerOutcome(await promised.status, None, 0.0)
+        except asyncio.CancelledError:
+            if self._stopped:
+                return  # given up at shutdown: the batch stays unacknowledged
+            outcome = ListenerOutcome(
+                None, asyncio.CancelledError("the listener's future was cancelled"), 0.0
+            )
+        except Exception as exc:
+            outcome = ListenerOutcome(None, exc, 0.0)
+        outcome.duration_ms = (time.perf_counter() - began) * 1000
+        try:
+            await self._conclude(r, ctx, outcome, hook_ctx)
+        except Exception:
+            log.exception("consume of %s failed unexpectedly", r.mq)
+
+    def _hooked_done(self, future: asyncio.Future[Any], _task: asyncio.Task[Any]) -> None:
+        self._deferred -= 1
+        self._hooked_futures.discard(future)
 
     async def _conclude(
         self,
@@ -585,7 +586,7 @@ class ConcurrentConsumeService:
             await asyncio.sleep(LOCAL_RETRY_DELAY_S)
             self.submit(msgs, pq, mq, True)
 
-        self._spawn(later())
+        spawn(self._tasks, later())
 
     async def clean_expired_messages(self) -> None:
         """Send back (delay level 3) messages whose consume began over consume_timeout ago."""

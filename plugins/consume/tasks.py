@@ -10,11 +10,12 @@ from typing import Any
 __all__ = ["cancel_all", "spawn"]
 
 
-def spawn(tasks: set[asyncio.Task[Any]], coro: Coroutine[Any, Any, Any]) -> None:
+def spawn(tasks: set[asyncio.Task[Any]], coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     """Run ``coro`` as a task held in ``tasks`` until it ends (the loop keeps only weak refs)."""
     task = asyncio.get_running_loop().create_task(coro)
     tasks.add(task)
     task.add_done_callback(tasks.discard)
+    return task
 
 
 async def cancel_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
