@@ -175,43 +175,63 @@ def test_widen_for_sink_moves_only_the_limits_the_file_left_alone() -> None:
     assert widen_for_sink(base, 10, frozenset()).consume_concurrently_max_span == 2_000
 
 
-async def test_composed_consumer_fills_the_sink_window(broker: Any, tmp_path: Path) -> None:
+async def run_composed_with_sink(
+    broker: Any,
+    tmp_path: Path,
+    topic: str,
+    total: int,
+    sink_class: type[WindowSink],
+    timeout: float,
+    check: Any = None,
+) -> Any:
+    """``total`` messages on a one-queue topic through ``rmqk run``'s composition into the
+    sink; the sink once every message was acknowledged (``check(composed)`` before start)."""
     from rmqk.config import load_config
     from rmqk.hookspecs import hookimpl
     from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
     from rmqk.runtime import ComposedConsumer
 
+    name = f"{topic.lower()}-test"
+
     class Plugin:
         @hookimpl
         def rmqk_register_sinks(self, register: Any) -> None:
-            register("window-test", WindowSink)
+            register(name, sink_class)
 
-    await create_topic(broker, "Window", 1)
-    total = 6_000
-    await produce(broker.namesrv_addr, "Window", (f"w{i}".encode() for i in range(total)))
+    await create_topic(broker, topic, 1)
+    await produce(broker.namesrv_addr, topic, (f"{topic}{i}".encode() for i in range(total)))
     config = tmp_path / "c.toml"
     config.write_text(
-        "[consumers.w]\n"
-        'group = "g-window"\n'
+        "[consumers.c]\n"
+        f'group = "g-{name}"\n'
         f'namesrv_addr = "{broker.namesrv_addr}"\n'
-        'subscription = { Window = "*" }\n'
+        f'subscription = {{ {topic} = "*" }}\n'
         'consume_from_where = "CONSUME_FROM_FIRST_OFFSET"\n'
-        'sink = "window-test"\n'
+        f'sink = "{name}"\n'
     )
     reset_plugin_manager()
-    get_plugin_manager().register(Plugin(), name="window-test")
+    get_plugin_manager().register(Plugin(), name=name)
     try:
         composed = ComposedConsumer(load_config(config).consumers[0])
         sink: Any = composed.sink
-        assert composed.consumer.options.pull_threshold_for_topic == 2 * WindowSink.window_rows
+        if check is not None:
+            check(composed)
         await composed.start()
         try:
-            await wait_for(lambda: sum(sink.bodies.values()) >= total, 60, "every message")
+            await wait_for(lambda: sum(sink.bodies.values()) >= total, timeout, "every message")
         finally:
             await composed.stop()
     finally:
         reset_plugin_manager()
     assert len(sink.bodies) == total and max(sink.bodies.values()) == 1
+    return sink
+
+
+async def test_composed_consumer_fills_the_sink_window(broker: Any, tmp_path: Path) -> None:
+    def widened(composed: Any) -> None:
+        assert composed.consumer.options.pull_threshold_for_topic == 2 * WindowSink.window_rows
+
+    sink = await run_composed_with_sink(broker, tmp_path, "Window", 6_000, WindowSink, 60, widened)
     # Java's default of 1,000 per queue would cap every flush near 1,000 rows.
     assert max(sink.flushed_rows) > 2_000
 
@@ -245,44 +265,10 @@ async def test_one_queue_beside_the_retry_queue_still_holds_the_whole_window(
 ) -> None:
     """Java gives the %RETRY% queue a share of pull_threshold_for_topic: a consumer of one
     queue got only half the window, and a sink waiting for a full window never flushed."""
-    from rmqk.config import load_config
-    from rmqk.hookspecs import hookimpl
-    from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
-    from rmqk.runtime import ComposedConsumer
-
-    class Plugin:
-        @hookimpl
-        def rmqk_register_sinks(self, register: Any) -> None:
-            register("holding-test", HoldingSink)
-
-    await create_topic(broker, "Holding", 1)
-    total = HoldingSink.total
-    await produce(broker.namesrv_addr, "Holding", (f"h{i}".encode() for i in range(total)))
-    config = tmp_path / "c.toml"
-    config.write_text(
-        "[consumers.h]\n"
-        'group = "g-holding"\n'
-        f'namesrv_addr = "{broker.namesrv_addr}"\n'
-        'subscription = { Holding = "*" }\n'
-        'consume_from_where = "CONSUME_FROM_FIRST_OFFSET"\n'
-        'sink = "holding-test"\n'
+    sink = await run_composed_with_sink(
+        broker, tmp_path, "Holding", HoldingSink.total, HoldingSink, 20
     )
-    reset_plugin_manager()
-    get_plugin_manager().register(Plugin(), name="holding-test")
-    try:
-        composed = ComposedConsumer(load_config(config).consumers[0])
-        sink: Any = composed.sink
-        await composed.start()
-        try:
-            await wait_for(
-                lambda: sum(sink.bodies.values()) >= total, 20, "a whole window waiting"
-            )
-        finally:
-            await composed.stop()
-    finally:
-        reset_plugin_manager()
     assert sink.flushed_rows[0] >= HoldingSink.window_rows, sink.most_waiting
-    assert len(sink.bodies) == total and max(sink.bodies.values()) == 1
 
 
 async def test_with_consume_hooks_pending_futures_hold_no_worker(broker: Any) -> None:
