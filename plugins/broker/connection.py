@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, cast
 
 from rmqk.errors import FrameError, RemotingConnectError, RemotingTimeoutError
 from rmqk.plugins.broker.commands import HeaderError, make_response
@@ -130,12 +130,12 @@ class Connection(asyncio.Protocol):
     # -- lifecycle (protocol callbacks) ------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self.remote_addr = _format_addr(transport.get_extra_info("peername"))
-        self.local_addr = _format_addr(transport.get_extra_info("sockname"))
+        # uvloop's transports do not derive from asyncio.Transport (see the client's).
+        tcp = self._transport = cast(asyncio.Transport, transport)
+        self.remote_addr = _format_addr(tcp.get_extra_info("peername"))
+        self.local_addr = _format_addr(tcp.get_extra_info("sockname"))
         self.last_activity = time.monotonic()
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        tcp.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         if self._on_connected is not None:
             self._on_connected(self)
 

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from rmqk.errors import (
     FrameError,
@@ -90,8 +90,9 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # Not an isinstance check: uvloop's transports implement asyncio.Transport's
+        # methods without deriving from it (tests/test_uvloop.py).
+        self._transport = cast(asyncio.Transport, transport)
         self.last_activity = self._loop.time()
 
     def data_received(self, data: bytes) -> None:
