@@ -110,14 +110,15 @@ def _cmd_check_args(parser: argparse.ArgumentParser) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     from rmqk.cli import error_line
     from rmqk.config import describe_config
-    from rmqk.preflight import preflight
+    from rmqk.preflight import check
 
     status = 0
     for path in args.config:
         try:
             config = load_config_beside_modules(path)
-            # What `rmqk run` builds before connecting, built here the same way.
-            preflight(config)
+            # What `rmqk run` builds before connecting, built here the same way,
+            # and nothing the plugins configured from the file outlives the check.
+            check(config)
         except RmqkError as exc:
             print(error_line(exc), file=sys.stderr)
             status = 1

@@ -6,21 +6,25 @@ the consumer would be made of, short of connecting: the sink (its factory
 checks its options and imports its functions), the allocation strategy, the
 offset store (not loaded) and the consume service's options. Every problem is
 reported at once, each naming the file, the table and the key.
+
+``rmqk check`` calls :func:`check`, which undoes on return what the plugins
+configured from the file, so an in-process check leaves no state behind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 
 from rmqk.config import Config, ConsumerSpec, announce_config
 from rmqk.consume_host import factory_option_specs, parse_service_options
 from rmqk.contracts import OffsetStoreContext
 from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.options import Where, rehome
-from rmqk.pluginmanager import registries
+from rmqk.pluginmanager import get_plugin_manager, registries
 from rmqk.transport import Transport
 
-__all__ = ["preflight", "preflight_problems"]
+__all__ = ["check", "preflight", "preflight_problems"]
 
 # A store built only to check its options is never loaded, so no file is read
 # under this id; the real one (ip@pid) is known once the client instance exists.
@@ -43,6 +47,37 @@ def preflight(config: Config, specs: Iterable[ConsumerSpec] | None = None) -> No
     problems = preflight_problems(config, specs)
     if problems:
         raise ConfigError(problems)
+
+
+def check(config: Config) -> None:
+    """:func:`preflight`, leaving the process's plugins as they were before it."""
+    with _configuration_undone():
+        preflight(config)
+
+
+@contextlib.contextmanager
+def _configuration_undone() -> Iterator[None]:
+    """Undo, on leaving, the plugins registered and the config announced inside.
+
+    Plugins read their tables in ``rmqk_configure`` to validate them, and may act on
+    them there: the prometheus plugin registers its consume hooks, which take every
+    consumer of the process off its hook-free path. And the hook is historic, so
+    pluggy would hand the checked file to every plugin registered later. A check
+    run in a process that goes on to run consumers must leave neither behind.
+    """
+    pm = get_plugin_manager()
+    before = {name for name, _ in pm.list_name_plugin()}
+    # pluggy has no public way to forget a historic call; its record is this list.
+    history = pm.hook.rmqk_configure._call_history
+    announced = len(history) if history is not None else 0
+    try:
+        yield
+    finally:
+        for name, _ in pm.list_name_plugin():
+            if name not in before:
+                pm.unregister(name=name)
+        if history is not None:
+            del history[announced:]
 
 
 def preflight_problems(

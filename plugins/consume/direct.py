@@ -1,7 +1,11 @@
-"""consumeMessageDirectly for the ``concurrent`` service: one message a console sends, consumed
-outside its queue, and the result it is shown."""
+"""consumeMessageDirectly: one message a console sends, consumed outside its queue, and the
+result it is shown. Both consume services answer it this way, each with its own statuses."""
 
 from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from rmqk.consume_host import ConsumeHost
 from rmqk.engine.listener import ConsumeConcurrentlyContext
@@ -10,33 +14,58 @@ from rmqk.model import ConsumeStatus, MessageQueue
 from rmqk.plugins.consume.status import normalize_status
 from rmqk.transport import ConsumeMessageDirectlyResult
 
-__all__ = ["consume_concurrently_directly"]
+__all__ = ["CONCURRENT_RESULTS", "consume_concurrently_directly", "consume_directly"]
+
+S = TypeVar("S", bound=enum.Enum)
+
+# The console's CMResult for each concurrent status; None is an answer not understood.
+CONCURRENT_RESULTS: Mapping[ConsumeStatus | None, str] = {
+    ConsumeStatus.CONSUME_SUCCESS: "CR_SUCCESS",
+    ConsumeStatus.RECONSUME_LATER: "CR_LATER",
+    None: "CR_RETURN_NULL",
+}
 
 
-async def consume_concurrently_directly(
-    host: ConsumeHost, msg: MessageExt, broker_name: str | None
+async def consume_directly(
+    host: ConsumeHost,
+    msg: MessageExt,
+    broker_name: str | None,
+    *,
+    context: Callable[[MessageQueue], object],
+    read_status: Callable[[Any], S | None],
+    results: Mapping[S | None, str],
+    order: bool,
 ) -> ConsumeMessageDirectlyResult:
+    """Call the listener once on ``msg``; ``results`` names what ``read_status`` makes of its
+    answer (with a key for None), and an exception is CR_THROW_EXCEPTION with it as remark."""
     mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
-    ctx = ConsumeConcurrentlyContext(mq)
     host.reset_retry_topic([msg])
     # Java runs no consume hooks on this debugging path.
-    outcome, _ = await host.listener.invoke(mq, [msg], ctx, hooks=False)
+    outcome, _ = await host.listener.invoke(mq, [msg], context(mq), hooks=False)
     remark = None
     if outcome.exception is not None:
         result = "CR_THROW_EXCEPTION"
         remark = f"{type(outcome.exception).__name__}: {outcome.exception}"
     else:
-        status = normalize_status(outcome.status)
-        if status is ConsumeStatus.CONSUME_SUCCESS:
-            result = "CR_SUCCESS"
-        elif status is ConsumeStatus.RECONSUME_LATER:
-            result = "CR_LATER"
-        else:
-            result = "CR_RETURN_NULL"
+        result = results[read_status(outcome.status)]
     return ConsumeMessageDirectlyResult(
-        order=False,
+        order=order,
         auto_commit=True,
         consume_result=result,
         remark=remark,
         spent_time_mills=int(outcome.duration_ms),
+    )
+
+
+async def consume_concurrently_directly(
+    host: ConsumeHost, msg: MessageExt, broker_name: str | None
+) -> ConsumeMessageDirectlyResult:
+    return await consume_directly(
+        host,
+        msg,
+        broker_name,
+        context=ConsumeConcurrentlyContext,
+        read_status=normalize_status,
+        results=CONCURRENT_RESULTS,
+        order=False,
     )

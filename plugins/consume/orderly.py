@@ -21,6 +21,7 @@ from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeOrderlyStatus, MessageModel, MessageQueue
 from rmqk.options import JAVA_INT_MAX, OptionSpec, OptionType
+from rmqk.plugins.consume.direct import consume_directly
 from rmqk.plugins.consume.status import read_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.transport import ConsumeMessageDirectlyResult
@@ -31,6 +32,16 @@ log = logging.getLogger("rmqk.plugins.consume.orderly")
 
 # rocketmq.client.maxTimeConsumeContinuously: a queue yields its drainer after this.
 MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60_000
+
+
+# The console's CMResult for each orderly status; None is an answer not understood.
+ORDERLY_RESULTS: Mapping[ConsumeOrderlyStatus | None, str] = {
+    ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS",
+    ConsumeOrderlyStatus.COMMIT: "CR_COMMIT",
+    ConsumeOrderlyStatus.ROLLBACK: "CR_ROLLBACK",
+    ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER",
+    None: "CR_RETURN_NULL",
+}
 
 
 def normalize_orderly_status(value: Any) -> ConsumeOrderlyStatus | None:
@@ -294,27 +305,12 @@ class OrderlyConsumeService:
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
-        host = self.host
-        mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
-        host.reset_retry_topic([msg])
-        outcome, _ = await host.listener.invoke(mq, [msg], ConsumeOrderlyContext(mq), hooks=False)
-        remark = None
-        if outcome.exception is not None:
-            result = "CR_THROW_EXCEPTION"
-            remark = f"{type(outcome.exception).__name__}: {outcome.exception}"
-        else:
-            status = normalize_orderly_status(outcome.status)
-            result = {
-                ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS",
-                ConsumeOrderlyStatus.COMMIT: "CR_COMMIT",
-                ConsumeOrderlyStatus.ROLLBACK: "CR_ROLLBACK",
-                ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER",
-                None: "CR_RETURN_NULL",
-            }[status]
-        return ConsumeMessageDirectlyResult(
+        return await consume_directly(
+            self.host,
+            msg,
+            broker_name,
+            context=ConsumeOrderlyContext,
+            read_status=normalize_orderly_status,
+            results=ORDERLY_RESULTS,
             order=True,
-            auto_commit=True,
-            consume_result=result,
-            remark=remark,
-            spent_time_mills=int(outcome.duration_ms),
         )

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from rmqk.contexts import ConsumeMessageContext, ConsumerView
 from rmqk.errors import ConfigError, ConfigProblem
@@ -43,11 +43,12 @@ __all__ = [
 
 log = logging.getLogger("rmqk.plugins.prometheus")
 
-# The name the runtime hooks are registered under in the plugin manager.
+# The name the runtime hooks are registered under in the plugin manager. That
+# registration is the plugin's only state, so whoever undoes it (disable, a fresh
+# plugin manager, `rmqk check` undoing what it configured) leaves metrics off.
 RUNTIME_PLUGIN_NAME = "prometheus-runtime"
 
 _lock = threading.Lock()
-_active: MetricsPlugin | None = None
 
 
 class MetricsPlugin:
@@ -155,58 +156,55 @@ def _require_client() -> None:
 
 
 def enable(settings: PrometheusSettings | None = None, pm: Any = None) -> MetricsPlugin:
-    """Register the runtime hooks (once per process) and return them.
+    """Register the runtime hooks (once per plugin manager) and return them.
 
     The endpoint starts with the first consumer that gets queues, or at once with
     ``enable(...).serve()``. Enabling again with other settings is an error.
     """
-    global _active
-    from rmqk.pluginmanager import get_plugin_manager
-
     settings = settings or PrometheusSettings()
-    manager = pm or get_plugin_manager()
+    manager = _manager(pm)
     with _lock:
-        if _active is not None:
-            if _active.settings != settings:
+        current = manager.get_plugin(RUNTIME_PLUGIN_NAME)
+        if current is not None:
+            if current.settings != settings:
                 raise ConfigError(
                     [
                         ConfigProblem(
                             "<config>",
                             TABLE,
                             None,
-                            f"metrics are already enabled with {_active.settings}; "
+                            f"metrics are already enabled with {current.settings}; "
                             "one process serves one endpoint",
                         )
                     ]
                 )
-            if manager.get_plugin(RUNTIME_PLUGIN_NAME) is None:
-                manager.register(_active, name=RUNTIME_PLUGIN_NAME)
-            return _active
+            return cast(MetricsPlugin, current)
         _require_client()
         plugin = MetricsPlugin(settings)
         manager.register(plugin, name=RUNTIME_PLUGIN_NAME)
-        _active = plugin
         return plugin
 
 
 def disable(pm: Any = None) -> None:
     """Unregister the runtime hooks and stop the endpoint (tests, embedding programs)."""
-    global _active
-    from rmqk.pluginmanager import get_plugin_manager
-
-    manager = pm or get_plugin_manager()
+    manager = _manager(pm)
     with _lock:
-        plugin, _active = _active, None
-    if plugin is None:
-        return
-    registered = manager.get_plugin(RUNTIME_PLUGIN_NAME)
-    if registered is not None and registered is plugin:
+        plugin = manager.get_plugin(RUNTIME_PLUGIN_NAME)
+        if plugin is None:
+            return
         manager.unregister(name=RUNTIME_PLUGIN_NAME)
     plugin.close()
 
 
-def active() -> MetricsPlugin | None:
-    return _active
+def active(pm: Any = None) -> MetricsPlugin | None:
+    """The enabled runtime hooks, or None while metrics are off."""
+    return cast(MetricsPlugin | None, _manager(pm).get_plugin(RUNTIME_PLUGIN_NAME))
+
+
+def _manager(pm: Any) -> Any:
+    from rmqk.pluginmanager import get_plugin_manager
+
+    return pm or get_plugin_manager()
 
 
 @hookimpl
