@@ -9,27 +9,27 @@ session afterwards. Before starting it sets, unless the user already did:
 * ``SPARK_LOCAL_IP`` to ``127.0.0.1``;
 * ``spark.ui.enabled=false`` and ``spark.ui.showConsoleProgress=false``;
 * for a ``local`` master, ``spark.local.dir`` and the driver's ``java.io.tmpdir`` to
-  a private folder of the system temp directory, removed when the process exits:
-  Spark's JVM ends without running its clean-up, and would leave its ``spark-*``
-  and ``blockmgr-*`` folders behind on every run. (A user who sets
-  ``spark.local.dir`` or ``SPARK_LOCAL_DIRS`` keeps their own.)
+  a private folder of the system temp directory, removed when the process exits
+  (or, if it is killed, by the next process that starts one: see
+  :mod:`rmqk.plugins.spark.scratch`): Spark's JVM ends without running its
+  clean-up, and would leave its ``spark-*`` and ``blockmgr-*`` folders behind on
+  every run. (A user who sets ``spark.local.dir`` or ``SPARK_LOCAL_DIRS`` keeps
+  their own.)
 
 The ``rocketmq`` data source is registered on the session it returns.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from rmqk.errors import ClientError
+from rmqk.plugins.spark.scratch import private_folder
 
 __all__ = ["DEFAULT_CONF", "get_session", "require_spark", "stop_session"]
 
@@ -45,7 +45,6 @@ DEFAULT_CONF: Mapping[str, str] = {
 _lock = threading.Lock()
 _session: Any = None
 _settings: dict[str, str] = {}
-_scratch: list[str] = []
 
 
 def require_spark() -> None:
@@ -149,20 +148,12 @@ def _private_scratch(wanted: dict[str, str]) -> None:
         return
     # One folder per process: the JVM outlives a stopped session, and its
     # java.io.tmpdir is fixed when it starts.
-    if not _scratch:
-        _scratch.append(tempfile.mkdtemp(prefix="rmqk-spark-"))
-    folder = _scratch[0]
+    folder = private_folder()
     wanted["spark.local.dir"] = folder
     java_options = wanted.get("spark.driver.extraJavaOptions", "")
     if "java.io.tmpdir" not in java_options:
         tmpdir = f"-Djava.io.tmpdir={folder}"
         wanted["spark.driver.extraJavaOptions"] = f"{java_options} {tmpdir}".strip()
-
-
-@atexit.register
-def _remove_scratch() -> None:
-    while _scratch:
-        shutil.rmtree(_scratch.pop(), ignore_errors=True)
 
 
 def _is_alive(session: Any) -> bool:
