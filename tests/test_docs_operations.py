@@ -354,3 +354,26 @@ def test_a_worker_still_running_after_the_stop_timeout_is_killed_and_the_run_exi
             not Path(f"/proc/{pid}").exists()
             or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
         )
+
+
+# -- the tests the pages cite -------------------------------------------------------------
+
+
+def test_every_test_the_pages_cite_exists() -> None:
+    # "Shown by: tests/x.py::test_y" is a promise too: a renamed test must not leave the page
+    # pointing at nothing. A bare "::test_y" is in the file named last before it.
+    cited = 0
+    for page in ("reliability.md", "operations.md", "concepts.md", "cli.md"):
+        current: str | None = None
+        for match in re.finditer(r"`(tests/[\w/]+\.py)?(::\w+)?`", _page(page)):
+            path, name = match.groups()
+            if path:
+                current = path
+                assert (ROOT / path).is_file(), (page, path)
+            if name:
+                assert current is not None, (page, name)
+                source = (ROOT / current).read_text()
+                found = re.search(rf"^(async )?def {name[2:]}\(", source, re.M)
+                assert found, (page, current, name)
+                cited += 1
+    assert cited >= 40
