@@ -377,3 +377,85 @@ def test_every_test_the_pages_cite_exists() -> None:
                 assert found, (page, current, name)
                 cited += 1
     assert cited >= 40
+
+
+def test_a_dying_worker_is_restarted_after_doubling_delays_then_given_up_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # operations.md: restarted after 1 s, then 2, 4, ... up to 30 s; given up on after 5
+    # deaths within 10 s of the start. The defaults are the page's; the run scales them down.
+    from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
+    from rmqk.worker import WorkerJob
+
+    defaults = SupervisorSettings()
+    assert (defaults.restart_delay, defaults.restart_delay_max) == (1.0, 30.0)
+    assert (defaults.stable_after, defaults.give_up_after) == (10.0, 5)
+    settings = SupervisorSettings(
+        restart_delay=0.1, restart_delay_max=0.3, stable_after=10, give_up_after=5, stop_timeout=10
+    )
+    jobs = [WorkerJob(str(tmp_path / "gone.toml"), i) for i in worker_identities([("x", 1)])]
+    caplog.set_level(logging.WARNING, logger="rmqk.supervisor")
+    assert Supervisor(jobs, settings).run() == 1
+    delays = [
+        float(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r"restarting it in ([\d.]+) s$", r.getMessage()))
+    ]
+    assert delays == [0.1, 0.2, 0.3, 0.3]
+
+
+STABLE = """
+import logging, sys
+
+from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
+from rmqk.worker import WorkerJob
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    config, cwd = sys.argv[1], sys.argv[2]
+    jobs = [WorkerJob(config, i, cwd=cwd) for i in worker_identities([("w", 1)])]
+    settings = SupervisorSettings(restart_delay=0.1, stable_after=1.0, stop_timeout=20)
+    sys.exit(Supervisor(jobs, settings).run())
+"""
+
+
+def test_a_worker_that_lived_past_its_start_is_restarted_after_the_first_delay_again(
+    broker_thread: Any, tmp_path: Path
+) -> None:
+    # "one that lived 10 s counts as started and its next failure waits 1 s again": killed
+    # three times, each after it outlived stable_after, it never waits more than the first delay.
+    config = tmp_path / "w.toml"
+    config.write_text(
+        "[consumers.w]\n"
+        'group = "g-stable"\n'
+        f'namesrv_addr = "{broker_thread.namesrv_addr}"\n'
+        'subscription = { Stable = "*" }\n'
+        'sink = "jsonl"\n'
+        'sink_options = { path = "out.jsonl" }\n'
+    )
+    script = tmp_path / "stable.py"
+    script.write_text(STABLE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(config), str(tmp_path)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    killed: list[int] = []
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        deadline = time.monotonic() + 60
+        while len(killed) < 3 and time.monotonic() < deadline:
+            alive = [int(c) for c in children.read_text().split() if int(c) not in killed]
+            workers = [c for c in alive if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+            if workers:
+                time.sleep(1.5)  # past stable_after
+                os.kill(workers[0], signal.SIGKILL)
+                killed.append(workers[0])
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert len(killed) == 3, err
+    assert proc.returncode == 0, err
+    delays = re.findall(r"restarting it in ([\d.]+) s", err)
+    assert delays == ["0.1"] * 3, err
