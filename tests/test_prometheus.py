@@ -279,3 +279,61 @@ def test_rmqk_run_serves_metrics_matching_the_consumed_count(broker: Any, tmp_pa
     started = [r for r in records if r["logger"] == "rmqk.runtime"]
     assert started and started[0]["message"].startswith("consumer metered (group g-metered)")
     assert any(r.get("group") == "g-metered" and r.get("topic") == "Metered" for r in records)
+
+
+def _free_port_pair() -> int:
+    """A port P such that P and P + 1 are free on loopback (now)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = int(first.getsockname()[1])
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise AssertionError("no two free ports in a row")
+
+
+def test_each_worker_serves_its_own_figures_on_port_plus_its_slot(
+    broker: Any, tmp_path: Path
+) -> None:
+    # operations.md, "Running with several processes": every worker serves its own endpoint
+    # on `port` plus its slot, and each endpoint carries only its worker's figures.
+    count = 40
+    produced = produce(broker.namesrv_addr, "MeteredWorkers", "--count", str(count))
+    assert produced.returncode == 0, produced.stderr
+    port = _free_port_pair()
+    config = tmp_path / "workers.toml"
+    consumer = jsonl_consumer(
+        "split", "g-metered-workers", broker.namesrv_addr, "MeteredWorkers", tmp_path / "o.jsonl"
+    )
+    config.write_text(f"[prometheus]\nport = {port}\n\n" + consumer)
+    proc = start_rmqk("run", str(config), "--processes", "2", "--log-level", "INFO")
+    stderr = Stderr(proc)
+    labels = {"group": "g-metered-workers", "topic": "MeteredWorkers", "result": "success"}
+    try:
+        for slot in (0, 1):
+            stderr.wait_for(rf"serving metrics on http://127\.0\.0\.1:{port + slot}/metrics", 60)
+        deadline = time.monotonic() + 60
+        while True:
+            each = [
+                total(
+                    scrape(f"http://127.0.0.1:{port + slot}/metrics"),
+                    "rmqk_consumed_messages_total",
+                    **labels,
+                )
+                for slot in (0, 1)
+            ]
+            if sum(each) >= count or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+    assert proc.returncode == 0, "".join(stderr.lines)[-3000:]
+    # Four queues over two members: both consumed, and no endpoint counts the other's.
+    assert sum(each) == count and all(n > 0 for n in each), each
