@@ -1,12 +1,12 @@
-"""What docs/operations.md, docs/config-reference.md and docs/reliability.md promise, run.
+"""What docs/operations.md, config-reference.md, reliability.md and concepts.md promise, run.
 
-The pages' other promises have tests of their own (each named in the session-6 audit);
-these are the ones nothing ran: the snippets of the config reference and the TOML blocks of
-the operations and reliability pages as written, the warnings the operations page tells an
-operator to watch for, the environment variables of the logging options, how long
-``rmqk run`` waits for a write under way when it is stopped, and what the supervisor does
-with a worker that does not stop. Brokers are embedded ones on free loopback ports, the CLI
-runs in subprocesses.
+The pages' other promises have tests of their own; these are the ones nothing ran: the
+config reference's snippet and the pages' TOML blocks as written, the tests the pages cite,
+the warnings the operations page tells an operator to watch for, the environment variables
+of the logging options, how long ``rmqk run`` waits for a write under way when stopped, how
+the supervisor restarts a worker and what it does with one that does not stop, and
+``ack_index``. Brokers are embedded ones on free loopback ports; the CLI runs in
+subprocesses.
 """
 
 from __future__ import annotations
@@ -459,3 +459,38 @@ def test_a_worker_that_lived_past_its_start_is_restarted_after_the_first_delay_a
     assert proc.returncode == 0, err
     delays = re.findall(r"restarting it in ([\d.]+) s", err)
     assert delays == ["0.1"] * 3, err
+
+
+# -- concepts.md ----------------------------------------------------------------------------
+
+
+async def test_ack_index_sends_back_only_the_messages_after_it(broker: Any) -> None:
+    # concepts.md, "Delivery guarantees": a listener that fails on part of a batch has the
+    # whole batch retried unless it set context.ack_index. Messages 0 and 1 are acknowledged,
+    # 2 and 3 come back once through %RETRY%<group>, and nothing else is delivered again.
+    from rmqk import ConsumeStatus
+
+    await create_topic(broker, "AckIndex", 1)
+    # The retry topic's route exists before the start, so its queue is held at once.
+    await create_topic(broker, "%RETRY%g-ack-index", 1)
+    await produce_async(broker.namesrv_addr, "AckIndex", (b"m%d" % i for i in range(4)))
+    seen: list[tuple[bytes, int, int]] = []
+
+    def listener(msgs: list[Any], context: Any) -> ConsumeStatus:
+        seen.extend((m.body, m.reconsume_times, len(msgs)) for m in msgs)
+        if msgs[0].reconsume_times == 0:
+            context.ack_index = 1
+            context.delay_level_when_next_consume = 1  # 1 s, not the default 10 s
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = push_consumer(broker, "g-ack-index", consume_message_batch_max_size=4)
+    c.subscribe("AckIndex")
+    c.register_listener(listener)
+    await c.start()
+    try:
+        await wait_for(lambda: len(seen) >= 6, 30, "the two messages past ack_index again")
+        await asyncio.sleep(1.5)  # anything sent back wrongly would come back by now
+    finally:
+        await c.shutdown()
+    assert seen[:4] == [(b"m%d" % i, 0, 4) for i in range(4)], seen
+    assert sorted((body, times) for body, times, _ in seen[4:]) == [(b"m2", 1), (b"m3", 1)], seen
