@@ -285,6 +285,38 @@ def test_worker_identities_and_paths() -> None:
         set_current_worker(None)
 
 
+async def test_worker_instance_names_as_operations_md_states(tmp_path: Path) -> None:
+    """The default instance name becomes <pid>#<nanotime> in each worker; a name the
+    file sets gets -w<i> appended: N distinct client ids either way."""
+    from rmqk.config import load_config
+    from rmqk.engine.startup import client_for
+    from rmqk.model import MessageModel
+    from rmqk.worker import worker_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[consumers.plain]\ngroup = "g"\nnamesrv_addr = "127.0.0.1:1"\nprocesses = 2\n'
+        'subscription = { T = "*" }\n'
+        '[consumers.named]\ngroup = "h"\nnamesrv_addr = "127.0.0.1:1"\nprocesses = 2\n'
+        'subscription = { T = "*" }\ninstance_name = "orders"\n'
+    )
+    config = load_config(path)
+    names = {
+        (ident.consumer, ident.index): worker_config(config, ident).consumers[0].options
+        for ident in worker_identities([("plain", 2), ("named", 2)])
+    }
+    assert names[("named", 0)].instance_name == "orders-w0"
+    assert names[("named", 1)].instance_name == "orders-w1"
+    assert names[("plain", 0)].instance_name == names[("plain", 1)].instance_name == "DEFAULT"
+    # What a worker's consumer then names itself: ip@<pid>#<nanotime>, as Java's
+    # changeInstanceNameToPID. (A worker is its own process, so its pid differs.)
+    # Made, never started (its id, unique to this call, keys it in the table).
+    client = client_for(names[("plain", 0)], MessageModel.CLUSTERING, ("127.0.0.1:1",))
+    instance = client.client_id.split("@", 1)[1]
+    pid, _, nanos = instance.partition("#")
+    assert pid == str(os.getpid()) and nanos.isdigit(), client.client_id
+
+
 class _FakeProcess:
     """Stands in for a spawned worker: alive until ``exitcode`` is set."""
 
