@@ -336,24 +336,31 @@ def test_a_worker_still_running_after_the_stop_timeout_is_killed_and_the_run_exi
     )  # fmt: skip
     try:
         _wait_for_file(tmp_path / "entered", 60)
-        worker = [
-            int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        ]
         began = time.monotonic()
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert 2.0 <= time.monotonic() - began < 30
-    assert re.search(
-        r"rmqk: error: worker slow#0 \(pid \d+\) did not stop within 2 s and was killed", err
-    ), err
+    killed = re.search(
+        r"rmqk: error: worker slow#0 \(pid (\d+)\) did not stop within 2 s and was killed", err
+    )
+    assert killed, err
     assert not (tmp_path / "written.txt").exists()
-    for pid in worker:
-        assert (
-            not Path(f"/proc/{pid}").exists()
-            or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
-        )
+    # The worker the message names is gone (or a zombie until init reaps it). Not every
+    # child of the supervisor: multiprocessing's resource tracker may outlive it briefly.
+    stat = Path(f"/proc/{killed.group(1)}/stat")
+
+    def state() -> str:
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    deadline = time.monotonic() + 10
+    while state() not in ("gone", "Z") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert state() in ("gone", "Z")
 
 
 # -- the tests the pages cite -------------------------------------------------------------
