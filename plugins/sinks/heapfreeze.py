@@ -12,12 +12,16 @@ of every collection; unfrozen when the last sink closes, it is collected as
 before, so nothing that became garbage meanwhile is kept for good.
 
 A process that manages freezing itself (it froze before the first sink
-started) is left alone.
+started) is left alone. Python 3.12's collector moves the immortal objects it
+meets into the permanent generation (3.11 has none, 3.13 untracks them), so
+there ``gc.get_freeze_count()`` is above zero from start-up on: the count alone
+would read as a freeze by the process and the heap would never be frozen.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 
 __all__ = ["HeapFreeze", "heap_freeze"]
@@ -38,7 +42,7 @@ class HeapFreeze:
     def hold(self) -> None:
         with self._lock:
             self._holders += 1
-            if self._holders == 1 and gc.isenabled() and gc.get_freeze_count() == 0:
+            if self._holders == 1 and gc.isenabled() and not _frozen_by_the_process():
                 gc.freeze()
                 self._froze = True
 
@@ -50,6 +54,19 @@ class HeapFreeze:
             if self._holders == 0 and self._froze:
                 self._froze = False
                 gc.unfreeze()
+
+
+def _frozen_by_the_process() -> bool:
+    """Whether the permanent generation holds the start-up heap, not just immortal objects."""
+    if gc.get_freeze_count() == 0:
+        return False
+    # sys.modules is there from start-up, so any freeze took it, and mortal, so
+    # 3.12's collector never moved it. The walk (about 1 ms for a consumer's heap)
+    # is taken once, by the first sink to open.
+    probe = sys.modules
+    if not gc.is_tracked(probe):
+        return True
+    return not any(obj is probe for obj in gc.get_objects())
 
 
 # One per process: the GC's permanent generation is.
