@@ -118,6 +118,7 @@ class ConsumeListener(Protocol):
         context: Any,
         hooks: bool = True,
         detach: bool = False,
+        report: bool = True,
     ) -> tuple[ListenerOutcome, ConsumeMessageContext | None]:
         """One listener call, on the listener's pool, never raising for the listener's errors.
 
@@ -125,6 +126,11 @@ class ConsumeListener(Protocol):
         context; fill in its outcome and pass it to :meth:`after`. A future an
         async listener returns is awaited, unless ``detach``: then the outcome's
         status is that future, for the caller to await without holding a worker.
+        An exception the listener raised is in the outcome and, unless ``report``
+        is False, logged (:meth:`report_failure`). ``context`` is what a listener
+        that takes ``(messages, context)`` receives, an object with at least
+        ``.queue``; with None, such a listener is not called and the outcome's
+        exception says why.
         """
 
     async def invoke_group(

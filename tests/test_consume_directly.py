@@ -30,8 +30,14 @@ class Listener:
         self.calls: list[tuple[MessageQueue, list[MessageExt], Any, bool]] = []
 
     async def invoke(
-        self, queue: MessageQueue, msgs: list[MessageExt], context: Any, hooks: bool = True
+        self,
+        queue: MessageQueue,
+        msgs: list[MessageExt],
+        context: Any,
+        hooks: bool = True,
+        report: bool = True,
     ) -> tuple[ListenerOutcome, None]:
+        assert not report  # the exception goes back to the asker, not to the log
         self.calls.append((queue, msgs, context, hooks))
         return self.outcome, None
 

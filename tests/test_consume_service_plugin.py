@@ -8,14 +8,19 @@ consumer only through :class:`rmqk.consume_host.ConsumeHost`.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import installed_distribution, module_broker
+from cli_support import installed_distribution, module_broker, start_rmqk
+from cli_support import produce as produce_cli
 from engine_support import committed_offsets, create_topic, max_offsets, produce, wait_for
 
 from rmqk.engine.consumer import AsyncPushConsumer
@@ -138,3 +143,47 @@ async def test_options_the_service_does_not_take_are_errors(
     assert "[consume_service_options]" in text and "consume service 'offset-batches'" in text
     for fragment in fragments:
         assert fragment in text
+
+
+def _tutorial_config(tmp_path: Path, namesrv: str) -> Path:
+    """The tutorial's TOML as written, with this test's name server and output folder."""
+    blocks = re.findall(r"^```toml\n(.*?)^```$", TUTORIAL.read_text(), re.M | re.S)
+    (text,) = [b for b in blocks if 'consume_service = "offset-batches"' in b]
+    assert 'namesrv_addr = "127.0.0.1:9876"' in text and '"out/orders.jsonl"' in text
+    path = tmp_path / "cs.toml"
+    path.write_text(text.replace("127.0.0.1:9876", namesrv))
+    return path
+
+
+def test_the_tutorial_config_runs_with_a_sink(
+    installed_plugin: str, broker: Any, tmp_path: Path
+) -> None:
+    """`rmqk run` of the tutorial's config: the service hands the sink's listener its queue.
+
+    A service that passed no context made every batch fail (the sink's listener reads
+    context.queue), counted as failed and retried forever without a word in the log.
+    """
+    ns = broker.namesrv_addr
+    sent = produce_cli(ns, "Orders", "--count", "100")
+    assert sent.returncode == 0, sent.stderr
+    # The stop's tally is logged at INFO when stderr is not a terminal.
+    env = {**os.environ, "RMQK_LOG_LEVEL": "INFO"}
+    run = start_rmqk("run", str(_tutorial_config(tmp_path, ns)), cwd=tmp_path, env=env)
+    out = tmp_path / "out" / "orders.jsonl"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if out.exists() and len(out.read_text().splitlines()) >= 100:
+                break
+            if run.poll() is not None:
+                break
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    ids = [json.loads(line)["msg_id"] for line in out.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 100, err
+    assert "consumer stopped: orders: 100 consumed, 0 failed" in err, err
+    assert "raised" not in err, err

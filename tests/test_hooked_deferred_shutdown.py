@@ -61,8 +61,10 @@ class Invoker:
         context: Any,
         hooks: bool = True,
         detach: bool = False,
+        report: bool = True,
     ) -> tuple[ListenerOutcome, ConsumeMessageContext]:
         assert detach  # the concurrent service never waits on the future itself
+        assert not report  # it reports a failure itself, once, with its status
         hook_ctx = ConsumeMessageContext("g", queue, list(msgs))
         return ListenerOutcome(self.future, None, 1.0), hook_ctx
 

@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from rmqk.contexts import ConsumeMessageContext
+from rmqk.errors import ClientError
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 from rmqk.pluginmanager import call_event_hook, hook_has_impls
@@ -205,18 +206,34 @@ class ListenerInvoker:
         context: Any,
         hooks: bool = True,
         detach: bool = False,
+        report: bool = True,
     ) -> tuple[ListenerOutcome, ConsumeMessageContext | None]:
         """One listener call, with the ``before`` hook when enabled.
 
         An async listener may return a future (an acknowledgement promised for
         later, a sink's group commit): awaited here, unless ``detach``, when the
         outcome's status is that future and the caller awaits it, holding no
-        worker meanwhile.
+        worker meanwhile. An exception the listener raised is logged through
+        :meth:`report_failure` unless ``report`` is False (a caller that reports
+        it itself). A listener that takes ``(messages, context)`` is not called
+        with a None context: the outcome's exception says so instead.
         """
         hook_ctx: ConsumeMessageContext | None = None
         if hooks and self._hooks_enabled():
             hook_ctx = ConsumeMessageContext(self.group, queue, list(msgs))
             await call_event_hook("rmqk_consume_message_before", context=hook_ctx)
+        if context is None and self.wants_context:
+            # A consume service that passes no context would hand the listener None
+            # where it reads context.queue (rmqk run's sink listener does): every
+            # batch would fail with an AttributeError far from its cause.
+            refused = ClientError(
+                f"listener {self.failures.listener} takes (messages, context), but the "
+                f"consume service called it with no context; a service must pass one "
+                f"(an object with at least .queue) to such a listener"
+            )
+            if report:
+                self.report_failure(refused, queue)
+            return ListenerOutcome(None, refused, 0.0), hook_ctx
         args: tuple[Any, ...] = (list(msgs), context) if self.wants_context else (list(msgs),)
         start = time.perf_counter()
         status: Any = None
@@ -240,6 +257,8 @@ class ListenerInvoker:
             raise
         except Exception as exc:
             error = exc
+            if report:
+                self.report_failure(exc, queue)
         outcome = ListenerOutcome(status, error, (time.perf_counter() - start) * 1000)
         return outcome, hook_ctx
 

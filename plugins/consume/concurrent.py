@@ -471,7 +471,8 @@ class ConcurrentConsumeService:
         self._stamp(r, int(time.time() * 1000))
         msgs, mq = r.msgs, r.mq
         ctx = ConsumeConcurrentlyContext(mq)
-        outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx, detach=True)
+        # concurrent_status reports a listener's exception, as on the hook-free path.
+        outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx, detach=True, report=False)
         if isinstance(outcome.status, asyncio.Future):
             # A deferred acknowledgement (a sink's flush): awaited beside the workers, as
             # without hooks; counted until its task ends (after hook and ack included).

@@ -41,7 +41,8 @@ async def consume_directly(
     mq = MessageQueue(msg.topic, broker_name or msg.broker_name or "unknown", msg.queue_id)
     host.reset_retry_topic([msg])
     # Java runs no consume hooks on this debugging path.
-    outcome, _ = await host.listener.invoke(mq, [msg], context(mq), hooks=False)
+    # The exception goes back to the asker as the remark, not to this log.
+    outcome, _ = await host.listener.invoke(mq, [msg], context(mq), hooks=False, report=False)
     remark = None
     if outcome.exception is not None:
         result = "CR_THROW_EXCEPTION"

@@ -208,7 +208,8 @@ class OrderlyConsumeService:
                     "the message queue not be able to consume, because it's dropped. %s", mq
                 )
                 return False
-            outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx)
+            # Reported below, with the status it leads to.
+            outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx, report=False)
         status = None if outcome.exception is not None else normalize_orderly_status(outcome.status)
         if outcome.exception is not None:
             host.listener.report_failure(outcome.exception, mq)

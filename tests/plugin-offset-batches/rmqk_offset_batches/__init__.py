@@ -23,6 +23,19 @@ from rmqk.transport import ConsumeMessageDirectlyResult
 _SUCCESS = (None, True, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.CONSUME_SUCCESS.value)
 
 
+class BatchContext:
+    """What a listener taking ``(messages, context)`` is given: the batch's queue.
+
+    ``rmqk run``'s sink listener reads ``context.queue``. Nothing else: a listener
+    that sets ``ack_index`` on it fails loudly rather than being ignored.
+    """
+
+    __slots__ = ("queue",)
+
+    def __init__(self, queue: MessageQueue) -> None:
+        self.queue = queue
+
+
 class OffsetBatchesService:
     orderly = False  # no broker locks: one member per queue is the rebalance's business
     option_specs = (
@@ -83,7 +96,8 @@ class OffsetBatchesService:
             if not msgs:
                 return
             host.reset_retry_topic(msgs)
-            outcome, hook_ctx = await host.listener.invoke(mq, msgs, None)
+            # A listener's exception is in the outcome, and logged by invoke.
+            outcome, hook_ctx = await host.listener.invoke(mq, msgs, BatchContext(mq))
             ok = outcome.exception is None and outcome.status in _SUCCESS
             if hook_ctx is not None:
                 hook_ctx.success = ok
@@ -105,7 +119,7 @@ class OffsetBatchesService:
     ) -> ConsumeMessageDirectlyResult:
         mq = MessageQueue(msg.topic, broker_name or msg.broker_name, msg.queue_id)
         self.host.reset_retry_topic([msg])
-        outcome, _ = await self.host.listener.invoke(mq, [msg], None, hooks=False)
+        outcome, _ = await self.host.listener.invoke(mq, [msg], BatchContext(mq), hooks=False)
         if outcome.exception is not None:
             result = "CR_THROW_EXCEPTION"
         elif outcome.status in _SUCCESS:
