@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from typing import Literal
 
 from rmqk.config import Config, ConsumerSpec, announce_config
 from rmqk.consume_host import factory_option_specs, parse_service_options
@@ -24,7 +25,7 @@ from rmqk.options import Where, rehome
 from rmqk.pluginmanager import get_plugin_manager, registries
 from rmqk.transport import Transport
 
-__all__ = ["check", "preflight", "preflight_problems"]
+__all__ = ["check", "preflight", "preflight_problems", "sink_step"]
 
 # A store built only to check its options is never loaded, so no file is read
 # under this id; the real one (ip@pid) is known once the client instance exists.
@@ -111,9 +112,11 @@ def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
             )
         )
     else:
-        problems += _built(
-            where, "sink", lambda: regs.sinks.create(spec.sink or "", spec.sink_options)
-        )
+        try:
+            with sink_step(path, spec, "factory"):
+                regs.sinks.create(spec.sink, spec.sink_options)
+        except ConfigError as exc:
+            problems += exc.problems
     problems += _built(
         where,
         "allocate_options",
@@ -161,3 +164,40 @@ def _built(where: Where, key: str, build: Callable[[], object]) -> list[ConfigPr
             text = f"{type(exc).__name__}: {text}"
         return [where.problem(key, text)]
     return []
+
+
+@contextlib.contextmanager
+def sink_step(path: str, spec: ConsumerSpec, step: Literal["factory", "start"]) -> Iterator[None]:
+    """Raise what fails inside as one :class:`ConfigError` naming the file, table and sink.
+
+    ``rmqk check`` builds each sink with its factory and ``rmqk run`` builds it
+    again and starts it; a sink (third-party ones included) may fail in either
+    with any exception. Its own ConfigError gets the file and table; anything
+    else is said under the ``sink`` key with the exception's type, instead of a
+    bare ``KeyError: 'path'`` or a traceback that names no consumer.
+    """
+    try:
+        yield
+    except ConfigError as exc:
+        raise rehome(exc, path, spec.table) from exc
+    except Exception as exc:
+        where = Where(path, spec.table)
+        raise ConfigError([where.problem("sink", _sink_failure(spec.sink, step, exc))]) from exc
+
+
+def _sink_failure(sink: str | None, step: str, exc: Exception) -> str:
+    if isinstance(exc, RmqkError) and step == "factory":
+        # A refusal rmqk or the plugin worded (an unknown sink, a missing extra).
+        return str(exc) or type(exc).__name__
+    if step == "factory":
+        what = f'the factory of sink "{sink}" raised'
+    else:
+        what = f'sink "{sink}" failed to start:'
+    if isinstance(exc, RmqkError):
+        return f"{what} {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        # "No such file or directory: /proc/rmqk", not "[Errno 2] ...: '/proc/rmqk'".
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    else:
+        text = str(exc)
+    return f"{what} {type(exc).__name__}: {text or '(no message)'}"

@@ -21,7 +21,7 @@ from rmqk.message import MessageExt
 from rmqk.model import MessageModel
 from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
-from rmqk.preflight import preflight
+from rmqk.preflight import preflight, sink_step
 
 __all__ = [
     "BUFFERED_STOP_GRACE_MS",
@@ -70,13 +70,16 @@ class StopTally:
 class ComposedConsumer:
     """A consumer from config whose listener is its sink."""
 
-    def __init__(self, spec: ConsumerSpec) -> None:
+    def __init__(self, spec: ConsumerSpec, config_path: str = "<config>") -> None:
         if not spec.sink:
             raise ClientError(
                 f"consumer {spec.name!r} (group {spec.group}) names no sink to deliver to"
             )
         self.spec = spec
-        self.sink: Sink = registries().sinks.create(spec.sink, spec.sink_options)
+        # The file the spec came from, named by the errors of the sink.
+        self.config_path = config_path
+        with sink_step(config_path, spec, "factory"):
+            self.sink: Sink = registries().sinks.create(spec.sink, spec.sink_options)
         options = spec.options
         sink = self.sink
         if isinstance(sink, BufferedSink) and sink.window_rows > 0:
@@ -111,9 +114,18 @@ class ComposedConsumer:
         # Tasks the consumer creates while starting (pull loops, consume workers, timers)
         # inherit these fields, so their log records say which consumer they belong to.
         with log_context(group=self.spec.group, consumer=self.spec.name):
-            await self.sink.start()
+            with sink_step(self.config_path, self.spec, "start"):
+                await self.sink.start()
             self.started_at = time.monotonic()
-            await self.consumer.start()
+            try:
+                await self.consumer.start()
+            except BaseException:
+                # A refused start (the broker refusing the subscription) cleans up the
+                # consumer; the sink it never wrote to closes too, not at loop teardown
+                # with its flusher cancelled under it.
+                with contextlib.suppress(Exception):
+                    await self.sink.close()
+                raise
 
     async def stop(self) -> None:
         """Stop consuming, acknowledge and commit what was written, then close the sink.
@@ -208,7 +220,7 @@ async def run_config(
     try:
         for spec in specs:
             try:
-                composed = ComposedConsumer(spec)
+                composed = ComposedConsumer(spec, config.path)
                 if on_created is not None:
                     on_created(composed)
                 await composed.start()

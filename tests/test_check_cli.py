@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import tomllib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,11 @@ import pytest
 
 from rmqk.cli import main
 from rmqk.config import load_config
+from rmqk.errors import ClientError
+from rmqk.hookspecs import hookimpl
 from rmqk.options import PluginChoice, plugin_choices
-from rmqk.pluginmanager import registries
+from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
+from rmqk.runtime import ComposedConsumer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
@@ -123,6 +128,93 @@ def test_check_reports_every_problem_at_once(
     assert "[consumers.orders.sink_options] function" in err
     assert "[consumers.orders.offset_store_options] timeout_ms" in err
     assert "[consumers.refunds] sink: required key is missing" in err
+
+
+class _StartFails:
+    """A sink whose start fails as a third-party sink's may: not with a ConfigError."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.closed = False
+
+    async def start(self) -> None:
+        raise RuntimeError("cannot reach the warehouse")
+
+    async def write(self, queue: Any, messages: Sequence[Any]) -> None:
+        raise AssertionError("never started")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _csv_factory(options: Mapping[str, Any]) -> Any:
+    # docs/tutorial-sink.md's CsvSink reads its one required option this way.
+    return options["path"]
+
+
+class _Started(_StartFails):
+    async def start(self) -> None:
+        return None
+
+
+class _BrokenSinks:
+    @hookimpl
+    def rmqk_register_sinks(self, register: Any) -> None:
+        register("csv", _csv_factory)
+        register("start-fails", _StartFails)
+        register("started", _Started)
+
+
+@pytest.fixture
+def broken_sinks() -> Iterator[None]:
+    # Registries are built once per manager: a fresh one, so they hold these sinks.
+    reset_plugin_manager()
+    get_plugin_manager().register(_BrokenSinks(), name="test-broken-sinks")
+    try:
+        yield
+    finally:
+        reset_plugin_manager()
+
+
+def test_a_sink_factory_that_raises_is_named_by_check_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broken_sinks: None
+) -> None:
+    path = _write(tmp_path, 'sink = "csv"\nsink_options = { file = "out.csv" }\n')
+    expected = (
+        f"rmqk: error: {path}: [consumers.orders] sink: "
+        "the factory of sink \"csv\" raised KeyError: 'path'\n"
+    )
+    status, out, err = _check(capsys, str(path))
+    assert (status, out, err) == (1, "", expected)
+    assert main(["run", str(path), "--no-summary"]) == 1
+    assert capsys.readouterr().err == expected
+
+
+def test_a_sink_start_that_raises_is_named_by_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broken_sinks: None
+) -> None:
+    path = _write(tmp_path, 'sink = "start-fails"\n')
+    assert _check(capsys, str(path))[0] == 0
+    # The sink starts before the consumer connects (127.0.0.1:1 is never reached).
+    assert main(["run", str(path), "--no-summary"]) == 1
+    assert capsys.readouterr().err == (
+        f"rmqk: error: {path}: [consumers.orders] sink: "
+        'sink "start-fails" failed to start: RuntimeError: cannot reach the warehouse\n'
+    )
+
+
+def test_a_consumer_whose_start_is_refused_closes_its_started_sink(
+    tmp_path: Path, broken_sinks: None
+) -> None:
+    path = _write(tmp_path, 'sink = "started"\n')
+    composed = ComposedConsumer(load_config(path).consumers[0], str(path))
+
+    async def refused() -> None:
+        raise ClientError("the broker refused the subscription")
+
+    composed.consumer.start = refused  # type: ignore[method-assign]
+    with pytest.raises(ClientError):
+        asyncio.run(composed.start())
+    assert isinstance(composed.sink, _Started) and composed.sink.closed
 
 
 # -- errors and output (#10) -------------------------------------------------------------

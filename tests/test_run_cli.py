@@ -79,6 +79,40 @@ def test_run_reports_a_bad_config_in_one_line(tmp_path: Path) -> None:
     assert str(config) in result.stderr
 
 
+def test_run_names_the_consumer_and_sink_whose_file_cannot_be_opened(tmp_path: Path) -> None:
+    config = tmp_path / "proc.toml"
+    config.write_text(
+        '[consumers.orders]\ngroup = "g"\nnamesrv_addr = "127.0.0.1:1"\n'
+        'subscription = { T = "*" }\nsink = "jsonl"\n'
+        'sink_options = { path = "/proc/rmqk/x.jsonl" }\n'
+    )
+    result = rmqk("run", str(config), "--no-summary")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f'rmqk: error: {config}: [consumers.orders] sink: sink "jsonl" failed to start: '
+        "FileNotFoundError: No such file or directory: /proc/rmqk\n"
+    )
+
+
+def test_a_refused_start_closes_the_sink_without_an_error_about_its_flusher(
+    broker: Any, tmp_path: Path
+) -> None:
+    """examples/broadcast-jsonl.toml against a broker without --enable-property-filter."""
+    assert produce(broker.namesrv_addr, "SqlRefused", "--count", "1").returncode == 0
+    out = tmp_path / "out" / "audit.jsonl"
+    config = tmp_path / "audit.toml"
+    config.write_text(
+        f'[consumers.audit]\ngroup = "audit-trail"\nnamesrv_addr = "{broker.namesrv_addr}"\n'
+        'message_model = "BROADCASTING"\n'
+        'subscription = { SqlRefused = { expression = "amount > 1000", type = "SQL92" } }\n'
+        f'sink = "jsonl"\nsink_options = {{ path = "{out}" }}\n'
+    )
+    result = rmqk("run", str(config), "--no-summary")
+    assert result.returncode == 1
+    assert "refused the subscription to 'SqlRefused'" in result.stderr, result.stderr
+    assert "flusher" not in result.stderr and "ERROR" not in result.stderr, result.stderr
+
+
 def test_produce_reads_json_lines_from_stdin(broker: Any) -> None:
     lines = "\n".join(
         json.dumps({"body": {"n": i}, "tags": "J", "keys": f"k{i}"}) for i in range(20)
