@@ -7,6 +7,7 @@ and whose writes can be held, failed, or checked against the messages they cover
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -263,3 +264,41 @@ async def test_rows_that_arrived_during_a_write_and_stopped_go_when_it_ends() ->
     finally:
         await sink.close()
     assert [len(w) for w in sink.written] == [10, 9]
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_sink_closed_at_once_or_while_its_flusher_waits_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="rmqk")
+    at_once = PipelineSink(rows=4)
+    await at_once.start()
+    await at_once.close()
+    waiting = PipelineSink(rows=4)
+    await waiting.start()
+    await asyncio.sleep(0.05)  # the flusher is waiting for a batch
+    await waiting.close()
+    assert _errors(caplog) == []
+
+
+def test_a_flusher_cancelled_by_the_loops_teardown_is_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run refused before it could close its sink: asyncio.run cancels the flusher."""
+    caplog.set_level(logging.DEBUG, logger="rmqk")
+    pending: list[asyncio.Future[None]] = []
+
+    async def refused() -> None:
+        sink = PipelineSink(rows=4)
+        await sink.start()
+        pending.append(sink.submit(QUEUES[0], msgs(0, [0])))
+
+    asyncio.run(refused())
+    assert _errors(caplog) == []
+    # What waited is failed, not left hanging.
+    assert isinstance(pending[0].exception(), RuntimeError)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("flusher" in line and "cancelled" in line for line in said)

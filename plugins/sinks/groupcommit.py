@@ -241,7 +241,12 @@ class GroupCommitSink(abc.ABC):
         if error is None:
             return
         # Nothing will flush any more: fail what waits instead of leaving it hanging.
-        log.error("%s sink: the flusher of %s stopped: %r", self.sink_name, self.target, error)
+        if task.cancelled():
+            # The loop's teardown cancels a flusher whose sink was never closed (a run
+            # that stopped before it could close it): no write failed, nothing to alarm.
+            log.debug("%s sink: the flusher of %s was cancelled", self.sink_name, self.target)
+        else:
+            log.error("%s sink: the flusher of %s stopped: %r", self.sink_name, self.target, error)
         self._closing = True
         pending, self._pending = list(self._pending), {}
         for entry in pending:
