@@ -156,9 +156,10 @@ def _built(where: Where, key: str, build: Callable[[], object]) -> list[ConfigPr
         build()
     except ConfigError as exc:
         return rehome(exc, where.path, where.table).problems
-    except (RmqkError, ImportError, ValueError, TypeError, OSError) as exc:
+    except Exception as exc:
         # A factory that refuses without a ConfigError (a missing extra, an import
-        # that fails) still stops `rmqk run`; say it under the key that chose it.
+        # that fails, a third-party plugin's KeyError) still stops `rmqk run`; say
+        # it under the key that chose it, with the file and the table.
         text = str(exc) or type(exc).__name__
         if not isinstance(exc, RmqkError):
             text = f"{type(exc).__name__}: {text}"

@@ -156,12 +156,20 @@ class _Started(_StartFails):
         return None
 
 
+def _strategy_factory(**options: Any) -> Any:
+    return options["every"]  # a third-party factory's own lookup of a required option
+
+
 class _BrokenSinks:
     @hookimpl
     def rmqk_register_sinks(self, register: Any) -> None:
         register("csv", _csv_factory)
         register("start-fails", _StartFails)
         register("started", _Started)
+
+    @hookimpl
+    def rmqk_register_allocation_strategies(self, register: Any) -> None:
+        register("needs-every", _strategy_factory)
 
 
 @pytest.fixture
@@ -187,6 +195,20 @@ def test_a_sink_factory_that_raises_is_named_by_check_and_run(
     assert (status, out, err) == (1, "", expected)
     assert main(["run", str(path), "--no-summary"]) == 1
     assert capsys.readouterr().err == expected
+
+
+def test_any_other_factory_that_raises_is_named_under_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broken_sinks: None
+) -> None:
+    path = _write(
+        tmp_path,
+        'sink = "started"\nallocate_message_queue_strategy = "needs-every"\n'
+        "allocate_options = { evry = 2 }\n",
+    )
+    status, out, err = _check(capsys, str(path))
+    assert (status, out) == (1, "")
+    assert f"{path}" in err and "[consumers.orders]" in err, err
+    assert "allocate_options" in err and "KeyError: 'every'" in err, err
 
 
 def test_a_sink_start_that_raises_is_named_by_run(
