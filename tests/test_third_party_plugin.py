@@ -143,8 +143,10 @@ def test_two_members_split_the_queues_every_other(
     try:
         drained = _wait_for(
             config,
-            lambda s: s["lag"] == 0
-            and sum(q["consumer_offset"] for q in s["queues"] if q["topic"] == "Orders") == 1000,
+            lambda s: (
+                s["lag"] == 0
+                and sum(q["consumer_offset"] for q in s["queues"] if q["topic"] == "Orders") == 1000
+            ),
         )
         assert drained is not None and drained["lag"] == 0, drained
         procs.append(start_rmqk("run", str(config), stdout=subprocess.DEVNULL))
