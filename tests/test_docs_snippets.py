@@ -1,4 +1,4 @@
-"""The Python snippets a new user copies from README.md and docs/quickstart.md work as written.
+"""The consumer snippets a new user copies from README.md and the PAGES below work as written.
 
 Each fenced ``python`` block is run verbatim in a fresh interpreter, with only the name
 server address pointed at an embedded broker on a free loopback port. A snippet that
@@ -23,7 +23,11 @@ import pytest
 from rmqk import Message, Producer
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", ROOT / "docs" / "quickstart.md"]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "docs" / "quickstart.md",
+    ROOT / "docs" / "migration-from-java.md",
+]
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,40 +95,70 @@ def test_rmqk_plugins_lists_it_and_disabling_removes_it(installed_plugin: str) -
 broker = module_broker()
 
 
+def _status(config: Path) -> dict[str, Any] | None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", "status", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        return None
+    (status,) = json.loads(result.stdout)
+    return status  # type: ignore[no-any-return]
+
+
+def _holdings(status: dict[str, Any]) -> dict[str, list[int]]:
+    return {
+        c["client_id"]: sorted(q["queue"] for q in c["queues"] if q["topic"] == "Orders")
+        for c in status["clients"]
+    }
+
+
+def _wait_for(config: Path, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    deadline = time.monotonic() + 60
+    status = None
+    while time.monotonic() < deadline:
+        status = _status(config)
+        if status is not None and done(status):
+            break
+        time.sleep(0.5)
+    return status
+
+
 def test_two_members_split_the_queues_every_other(
     installed_plugin: str, broker: Any, tmp_path: Path
 ) -> None:
-    """Two `rmqk run` processes with the example config: each holds every other queue."""
-    produced = produce(broker.namesrv_addr, "Orders", "--count", "40")
-    assert produced.returncode == 0, produced.stderr
+    """The tutorial's walk-through, command by command: every message lands once.
+
+    A backlog first (the quickstart's 1,000), one member until `rmqk status` shows lag 0,
+    the second until it shows the split, then 1,000 new messages.
+    """
+    backlog = produce(broker.namesrv_addr, "Orders", "--count", "1000")
+    assert backlog.returncode == 0, backlog.stderr
     config = tmp_path / "every-other.toml"
     text = EXAMPLE_CONFIG.read_text().replace("127.0.0.1:9876", broker.namesrv_addr)
     config.write_text(text.replace('"out/orders-every-other.jsonl"', f'"{tmp_path}/out.jsonl"'))
-    procs = [start_rmqk("run", str(config), stdout=subprocess.DEVNULL) for _ in range(2)]
+    procs = [start_rmqk("run", str(config), stdout=subprocess.DEVNULL)]
     try:
-        deadline = time.monotonic() + 60
-        holdings: dict[str, list[int]] = {}
-        while time.monotonic() < deadline:
-            result = subprocess.run(
-                [sys.executable, "-m", "rmqk.cli", "status", str(config), "--json"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            if result.returncode == 0:
-                (status,) = json.loads(result.stdout)
-                holdings = {
-                    c["client_id"]: sorted(
-                        q["queue"] for q in c["queues"] if q["topic"] == "Orders"
-                    )
-                    for c in status["clients"]
-                }
-                if len(holdings) == 2 and sorted(holdings.values()) == [[0, 2], [1, 3]]:
-                    break
-            time.sleep(0.5)
+        drained = _wait_for(
+            config,
+            lambda s: (
+                s["lag"] == 0
+                and sum(q["consumer_offset"] for q in s["queues"] if q["topic"] == "Orders") == 1000
+            ),
+        )
+        assert drained is not None and drained["lag"] == 0, drained
+        procs.append(start_rmqk("run", str(config), stdout=subprocess.DEVNULL))
+        split = _wait_for(config, lambda s: sorted(_holdings(s).values()) == [[0, 2], [1, 3]])
+        assert split is not None
+        holdings = _holdings(split)
         first, second = sorted(holdings)
         # Sorted client ids: the first member takes queues 0 and 2, the second 1 and 3.
         assert holdings == {first: [0, 2], second: [1, 3]}, holdings
+        fresh = produce(broker.namesrv_addr, "Orders", "--count", "1000")
+        assert fresh.returncode == 0, fresh.stderr
+        _wait_for(config, lambda s: s["lag"] == 0)
     finally:
         # One at a time: the second member rebalances after the first leaves and is stopped
         # once that is done, not while the broker's notification of the leave arrives.
@@ -136,6 +167,8 @@ def test_two_members_split_the_queues_every_other(
             proc.communicate(timeout=30)
             time.sleep(1.0)
     assert [p.returncode for p in procs] == [0, 0]
-    lines = (tmp_path / "out.jsonl").read_text().splitlines()
-    assert {json.loads(line)["queue_offset"] for line in lines} == set(range(10))
-    assert len({(json.loads(x)["queue_id"], json.loads(x)["queue_offset"]) for x in lines}) == 40
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    # The backlog and the new messages, each exactly once: no member ever read what another
+    # had read, because none started on a backlog another member was also taking.
+    assert len(lines) == 2000
+    assert len({(m["queue_id"], m["queue_offset"]) for m in lines}) == 2000
