@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.model import MessageQueue
+from rmqk.model import RETRY_GROUP_TOPIC_PREFIX, MessageQueue
 
 __all__ = [
     "ConsumerProgress",
@@ -84,6 +84,8 @@ class ConsumerProgress:
     namesrv_error: str | None = None
     # Times a queue was held back by the consumer's flow control so far.
     flow_control_events: int = 0
+    # Subscribed topics no route has given queues for: misspelt, or not created yet.
+    unrouted_topics: tuple[str, ...] = ()
 
     @property
     def consumed_ok(self) -> int:
@@ -154,6 +156,15 @@ def snapshot(
         for topic, s in sorted(consumer.stats.topics.items())
     )
     state = getattr(consumer.state, "value", str(consumer.state))
+    rebalance = consumer.rebalance
+    routed: Mapping[str, Any] = getattr(rebalance, "topic_subscribe_info", {})
+    unrouted = tuple(
+        sorted(
+            topic
+            for topic in getattr(rebalance, "subscription_inner", {})
+            if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not routed.get(topic)
+        )
+    )
     client = getattr(consumer, "client", None)
     flow = getattr(consumer, "flow", None)
     return ConsumerProgress(
@@ -165,6 +176,7 @@ def snapshot(
         namesrv=str(getattr(client, "namesrv_text", "")),
         namesrv_error=getattr(client, "namesrv_error", None),
         flow_control_events=int(getattr(flow, "events", 0)),
+        unrouted_topics=unrouted,
     )
 
 

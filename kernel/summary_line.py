@@ -28,15 +28,23 @@ def progress_text(
     lag: int | None,
     namesrv: str = "",
     namesrv_error: str | None = None,
+    unrouted_topics: Sequence[str] = (),
 ) -> str:
     """One consumer's part of the line (also a supervised group's, summed over its workers)."""
     if namesrv_error is not None:
         # Without routes every other figure is zero or unknown: say why instead.
         return f"{name}: name server {namesrv} unreachable ({namesrv_error}), retrying"
     flow = f", flow control {held_rate:,.0f}/s" if held_rate >= 0.5 else ""
+    # A misspelt topic is otherwise only "0 queues ... lag ?" for as long as it runs.
+    unrouted = (
+        f", no route for topic {', '.join(unrouted_topics)} (does it exist?)"
+        if unrouted_topics
+        else ""
+    )
     return (
         f"{name}: {queues} queues, {consumed:,} consumed ({rate:,.0f}/s), "
         f"{failed:,} failed, {cached:,} cached{flow}, lag {'?' if lag is None else f'{lag:,}'}"
+        f"{unrouted}"
     )
 
 
@@ -93,6 +101,7 @@ class SummaryLine:
                     lag=progress.lag,
                     namesrv=progress.namesrv,
                     namesrv_error=progress.namesrv_error,
+                    unrouted_topics=progress.unrouted_topics,
                 )
             )
         return " | ".join(parts)

@@ -358,6 +358,7 @@ class Supervisor:
                 lag=figures.lag,
                 namesrv=figures.namesrv,
                 namesrv_error=figures.namesrv_error,
+                unrouted_topics=figures.unrouted_topics,
             )
             parts.append(f"{text}, {alive}/{len(slots)} workers")
         return " | ".join(parts)

@@ -225,6 +225,7 @@ def _figures(composed: Any, max_offsets: Any) -> WorkerFigures:
         lag=progress.lag,
         namesrv=progress.namesrv,
         namesrv_error=progress.namesrv_error,
+        unrouted_topics=progress.unrouted_topics,
     )
 
 

@@ -84,6 +84,7 @@ class WorkerFigures:
     lag: int | None = None
     namesrv: str = ""
     namesrv_error: str | None = None
+    unrouted_topics: tuple[str, ...] = ()
     final: bool = False
 
     def plus(self, other: WorkerFigures) -> WorkerFigures:
@@ -98,6 +99,7 @@ class WorkerFigures:
             lag=lag,
             namesrv=self.namesrv or other.namesrv,
             namesrv_error=self.namesrv_error or other.namesrv_error,
+            unrouted_topics=tuple(sorted({*self.unrouted_topics, *other.unrouted_topics})),
         )
 
     def banked(self) -> WorkerFigures:

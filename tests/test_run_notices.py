@@ -75,6 +75,32 @@ async def test_unreachable_name_server_is_said_once_then_its_return(
         await consumer.shutdown()
 
 
+async def test_a_topic_without_a_route_is_named_in_the_summary_line(broker: Any) -> None:
+    """A misspelt (or not yet created) topic: not just "0 queues ... lag ?" forever."""
+    from engine_support import create_topic
+
+    await create_topic(broker, "Orders", 2)
+    consumer = AsyncPushConsumer("g-unrouted", namesrv_addr=broker.namesrv_addr)
+    consumer.subscribe("Orders", "*")
+    consumer.subscribe("Ordrs", "*")
+    consumer.register_listener(lambda msgs: None)
+    await consumer.start()
+    try:
+        await consumer.client.do_rebalance()
+        assert snapshot(consumer).unrouted_topics == ("Ordrs",)
+        line = _summary(consumer).render()
+        assert line.startswith("orders: 2 queues, "), line
+        assert line.endswith(", no route for topic Ordrs (does it exist?)"), line
+        # Created meanwhile: the next route update takes the notice away.
+        await create_topic(broker, "Ordrs", 1)
+        await consumer.client.update_all_routes()
+        await consumer.client.do_rebalance()
+        assert snapshot(consumer).unrouted_topics == ()
+        assert "no route" not in _summary(consumer).render()
+    finally:
+        await consumer.shutdown()
+
+
 def _queue(count: int) -> Any:
     return SimpleNamespace(
         msg_count=count,
