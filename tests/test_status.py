@@ -133,6 +133,15 @@ def test_status_says_what_is_wrong_in_one_place(tmp_path: Path) -> None:
     result = rmqk("status", "--namesrv", "127.0.0.1:1", "--group", "g", "--timeout", "1")
     assert result.returncode == 1
     assert "route of %RETRY%g: cannot connect to 127.0.0.1:1" in result.stdout
+    # Nothing could be asked: no "no consumer online, lag 0" as if the cluster had said so.
+    assert result.stdout.startswith("group g: the cluster could not be reached\n"), result.stdout
+    assert "is online is unknown: no broker could be asked" in result.stdout
+    assert "lag 0" not in result.stdout and "no consumer of group g is online" not in result.stdout
+    as_json = rmqk(
+        "status", "--namesrv", "127.0.0.1:1", "--group", "g", "--timeout", "1", "--json"
+    )
+    (group,) = json.loads(as_json.stdout)
+    assert (group["unreachable"], group["lag"]) == (True, None)
     usage = rmqk("status")
     assert usage.returncode == 1
     assert usage.stderr.strip() == (

@@ -334,10 +334,14 @@ def format_status(statuses: Sequence[GroupStatus]) -> str:
     for s in statuses:
         where = f"[consumers.{s.name}] " if s.name else ""
         online = sum(1 for c in s.clients if c.state == "RUNNING")
-        lines = [
-            f"{where}group {s.group}: {_answering(online, len(s.clients))}, "
-            f"{len(s.queues)} queue(s), lag {s.lag}"
-        ]
+        if s.unreachable:
+            headline = f"{where}group {s.group}: the cluster could not be reached"
+        else:
+            headline = (
+                f"{where}group {s.group}: {_answering(online, len(s.clients))}, "
+                f"{len(s.queues)} queue(s), lag {s.lag}"
+            )
+        lines = [headline]
         if s.clients:
             lines.append("")
             lines.append(
@@ -388,7 +392,9 @@ def status_json(statuses: Sequence[GroupStatus]) -> list[dict[str, Any]]:
                 "name": s.name,
                 "group": s.group,
                 "topics": list(s.topics),
-                "lag": s.lag,
+                # Unknown, not 0, when no broker could be asked.
+                "lag": None if s.unreachable else s.lag,
+                "unreachable": s.unreachable,
                 "clients": [
                     {
                         "client_id": c.client_id,

@@ -80,6 +80,9 @@ class GroupStatus:
     problems: tuple[str, ...] = ()
     # The config table the group comes from, when read from a config file.
     name: str | None = None
+    # No broker could be found to ask (no name server answered): members, queues and
+    # lag are unknown, not none.
+    unreachable: bool = False
 
     @property
     def lag(self) -> int:
@@ -331,7 +334,12 @@ async def group_status(
     reader.problems[:0] = [
         f"topic {t} does not exist: create it (rmqk admin topic create {t})" for t in missing
     ]
-    if not ids:
+    unreachable = not reader.masters and bool(reader.unreadable)
+    if not ids and unreachable:
+        reader.problems.append(
+            f"whether a consumer of group {group} is online is unknown: no broker could be asked"
+        )
+    elif not ids:
         reader.problems.append(f"no consumer of group {group} is online")
         if missing:
             reader.problems.append(
@@ -367,4 +375,5 @@ async def group_status(
         queues=tuple(out),
         problems=tuple(reader.problems),
         name=name,
+        unreachable=unreachable,
     )
