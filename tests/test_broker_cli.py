@@ -190,3 +190,15 @@ def test_broker_command_picks_free_ports_and_stops_on_sigint(tmp_path, capsys):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_broker_help_lists_every_broker_conf_key_it_reads(capsys):
+    # A newcomer read four keys in --help while the reader takes ten (and refuses others).
+    from rmqk.plugins.broker.config_file import BROKER_CONF_KEYS
+
+    with pytest.raises(SystemExit):
+        main(["broker", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert len(BROKER_CONF_KEYS) >= 10
+    for key in BROKER_CONF_KEYS:
+        assert key in text, key

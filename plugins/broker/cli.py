@@ -17,7 +17,11 @@ import attrs
 
 from rmqk.cli import Command
 from rmqk.errors import RmqkError
-from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
+from rmqk.plugins.broker.config_file import (
+    BROKER_CONF_KEYS,
+    BrokerFileConfig,
+    read_broker_config,
+)
 
 __all__ = ["BROKER_COMMAND"]
 
@@ -65,8 +69,7 @@ def _broker_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="an Apache broker.conf (Java properties); the keys rmqk reads are "
-        "enablePropertyFilter, brokerName, brokerClusterName and autoCreateTopicEnable; "
-        "flags win over the file",
+        f"{', '.join(BROKER_CONF_KEYS)}; any other is an error; flags win over the file",
     )
     parser.add_argument("--broker-name", default=None, help="broker name (default: broker-a)")
     parser.add_argument("--cluster", default=None, help="cluster name (default: DefaultCluster)")

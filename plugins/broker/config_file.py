@@ -15,7 +15,7 @@ import attrs
 
 from rmqk.errors import RmqkError
 
-__all__ = ["BrokerFileConfig", "read_broker_config"]
+__all__ = ["BROKER_CONF_KEYS", "BrokerFileConfig", "read_broker_config"]
 
 
 @attrs.frozen
@@ -78,6 +78,9 @@ _KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "maxHashSlotNum": ("max_hash_slot_num", _positive),
     "maxIndexNum": ("max_index_num", _at_least(2)),
 }
+
+# What `rmqk broker --help` lists: every key a broker.conf may hold for rmqk.
+BROKER_CONF_KEYS: tuple[str, ...] = tuple(_KEYS)
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:
