@@ -58,6 +58,13 @@ REFUSED = [
         "[consumers.orders.sink_options] function: python: cannot import module 'no_such_module_x'",
     ),
     (
+        # One argument where the sink passes two: found at check, not per batch.
+        "python-function-arity",
+        'sink = "python"\nsink_options = { function = "textwrap:dedent" }\n',
+        "[consumers.orders.sink_options] function: python: "
+        "textwrap:dedent(text) cannot be called with (queue, messages)",
+    ),
+    (
         "sink-options",
         'sink = "jsonl"\nsink_options = { path = "o.jsonl", bodyformat = "text" }\n',
         "[consumers.orders.sink_options] bodyformat: ",
