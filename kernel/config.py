@@ -13,6 +13,7 @@ saying what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import os
@@ -47,7 +48,6 @@ from rmqk.options import (
     plugin_choices,
     render_key,
     render_value,
-    suggest,
     thaw,
     unknown_key_message,
     validate_options,
@@ -301,7 +301,9 @@ def _compose(
     consumers = document.get("consumers")
     if consumers is None:
         tables = [k for k, v in document.items() if isinstance(v, Mapping)]
-        hint = suggest("consumers", tables)
+        # The other way round from an unknown key's hint: the file's table is the typo.
+        close = difflib.get_close_matches("consumers", tables, n=1, cutoff=0.6)
+        hint = f" (the file has [{close[0]}]: did you mean [consumers]?)" if close else ""
         problems.append(
             top.problem(
                 "consumers",

@@ -144,7 +144,7 @@ MISTAKES = [
     ("options-not-a-table.toml", "consumers.orders", "allocate_options",
      ["must be a table", 'string "machine_room=a"']),
     ("no-consumers.toml", "", "consumers",
-     ["no consumers", "[consumers.<name>]", "did you mean 'consumer'"]),
+     ["no consumers", "[consumers.<name>]", "the file has [consumer]: did you mean [consumers]?"]),
     ("top-level-option.toml", "", "pull_batch_size",
      ["top-level keys must be tables", "belong in a [consumers.<name>] table"]),
 ]  # fmt: skip
