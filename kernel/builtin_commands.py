@@ -226,12 +226,23 @@ def _cmd_produce_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namesrv", required=True, help="name server address(es), ';'-separated")
     parser.add_argument("--topic", required=True)
     parser.add_argument(
-        "--count", type=int, default=1000, help="messages to generate (default 1000)"
+        # None, not the default, so --stdin can refuse a --count the user gave.
+        "--count",
+        type=int,
+        default=None,
+        help="messages to generate (default 1000; not with --stdin)",
     )
     parser.add_argument(
-        "--size", type=int, default=100, help="body size in bytes for generated messages"
+        "--size",
+        type=int,
+        default=None,
+        help="body size in bytes for generated messages (default 100; not with --stdin)",
     )
-    parser.add_argument("--tags", default="", help="comma-separated tags, used round robin")
+    parser.add_argument(
+        "--tags",
+        default="",
+        help="comma-separated tags, used round robin (with --stdin: for lines without tags)",
+    )
     parser.add_argument("--group", default="rmqk-produce", help="producer group")
     parser.add_argument(
         "--namespace",
@@ -245,7 +256,7 @@ def _cmd_produce_args(parser: argparse.ArgumentParser) -> None:
         '"properties": {...}}',
     )
     parser.add_argument(
-        "--batch", type=int, default=1, help="messages per send (batch send when > 1)"
+        "--batch", type=int, default=1, help="messages per send, 1 or more (batch send when > 1)"
     )
 
 

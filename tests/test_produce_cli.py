@@ -68,3 +68,57 @@ def test_bad_first_line_sends_nothing(broker: Any) -> None:
     result = produce(broker.namesrv_addr, "StdinBadFirst", '["no body"]\n{"body": "x"}\n')
     assert result.returncode != 0
     assert 'stdin line 1: expected an object with a "body"; nothing was sent' in result.stderr
+
+
+def tags_by_body(namesrv: str, topic: str, expect: int) -> dict[str, str | None]:
+    consumer = LitePullConsumer(f"tags-{topic}", namesrv_addr=namesrv)
+    consumer.start()
+    try:
+        consumer.assign(consumer.fetch_message_queues(topic))
+        consumer.seek_to_beginning(*consumer.assignment())
+        got: dict[str, str | None] = {}
+        deadline = time.monotonic() + 10
+        while len(got) < expect and time.monotonic() < deadline:
+            got.update((m.body.decode(), m.tags) for m in consumer.poll(200))
+        return got
+    finally:
+        consumer.shutdown()
+
+
+def test_stdin_lines_without_tags_take_tags_round_robin(broker: Any) -> None:
+    # The Nth message's tag is tags[N % len(tags)], as for generated ones; its own wins.
+    lines = ['{"body": "a"}', '{"body": "b", "tags": "Own"}', '{"body": "c"}', '{"body": "d"}']
+    result = produce(broker.namesrv_addr, "StdinTags", "\n".join(lines) + "\n", "--tags", "X,Y")
+    assert result.returncode == 0, result.stderr
+    assert tags_by_body(broker.namesrv_addr, "StdinTags", 4) == {
+        "a": "X",
+        "b": "Own",
+        "c": "X",
+        "d": "Y",
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (["--stdin", "--count", "5"], "--count describe generated messages; --stdin reads"),
+        (
+            ["--stdin", "--count", "1000", "--size", "100"],
+            "--count and --size describe generated messages; --stdin reads",
+        ),
+        (["--stdin", "--size", "7"], "--size describe generated messages"),
+        (["--batch", "0"], "--batch must be 1 or more, got 0"),
+        (["--stdin", "--batch", "-3"], "--batch must be 1 or more, got -3"),
+        (["--count", "-1"], "--count must be 0 or more, got -1"),
+    ],
+)
+def test_options_that_would_be_ignored_are_refused_before_connecting(
+    options: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rmqk.cli import main
+
+    # An address nothing listens on: the refusal must come before any connection.
+    status = main(["produce", "--namesrv", "127.0.0.1:1", "--topic", "T", *options])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.startswith(f"rmqk: error: {error}"), err

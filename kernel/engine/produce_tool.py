@@ -10,18 +10,50 @@ import time
 from collections.abc import Iterator
 
 from rmqk.engine.producer import AsyncProducer
-from rmqk.errors import ClientError
+from rmqk.errors import ClientError, RmqkError
 from rmqk.message import Message
 
-__all__ = ["produce"]
+__all__ = ["DEFAULT_COUNT", "DEFAULT_SIZE", "check_args", "produce"]
+
+DEFAULT_COUNT = 1000
+DEFAULT_SIZE = 100
+
+
+def _tags(args: argparse.Namespace) -> list[str]:
+    return [t for t in args.tags.split(",") if t]
+
+
+def _count(args: argparse.Namespace) -> int:
+    return DEFAULT_COUNT if args.count is None else int(args.count)
+
+
+def _size(args: argparse.Namespace) -> int:
+    return DEFAULT_SIZE if args.size is None else int(args.size)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse options that would be ignored or make no sense, before connecting."""
+    if args.stdin:
+        given = [f for f, v in (("--count", args.count), ("--size", args.size)) if v is not None]
+        if given:
+            raise RmqkError(
+                f"{' and '.join(given)} describe generated messages; --stdin reads them "
+                "from stdin: give one or the other"
+            )
+    for flag, value in (("--count", args.count), ("--size", args.size)):
+        if value is not None and value < 0:
+            raise RmqkError(f"{flag} must be 0 or more, got {value}")
+    if args.batch < 1:
+        raise RmqkError(f"--batch must be 1 or more, got {args.batch}")
 
 
 def _generated(args: argparse.Namespace) -> Iterator[Message]:
-    tags = [t for t in args.tags.split(",") if t]
-    filler = os.urandom(max(args.size, 1)).hex()
-    for i in range(args.count):
+    tags = _tags(args)
+    size = _size(args)
+    filler = os.urandom(max(size, 1)).hex()
+    for i in range(_count(args)):
         head = f"{i}:".encode()
-        body = (head + filler.encode())[: max(args.size, len(head))]
+        body = (head + filler.encode())[: max(size, len(head))]
         yield Message(args.topic, body, tags=tags[i % len(tags)] if tags else None, keys=f"k{i}")
 
 
@@ -37,17 +69,24 @@ class _Line:
 
 
 def _from_stdin(args: argparse.Namespace) -> Iterator[_Line]:
+    # Message N takes --tags round robin, as generated ones do, unless its line names its own.
+    tags = _tags(args)
+    n = 0
     for lineno, line in enumerate(sys.stdin, 1):
         line = line.strip()
         if not line:
             continue
+        default_tag = tags[n % len(tags)] if tags else None
         try:
-            yield _Line(lineno, _parse_line(line, args.topic))
+            message = _parse_line(line, args.topic, default_tag)
         except ValueError as exc:
             yield _Line(lineno, None, str(exc))
+            continue
+        n += 1
+        yield _Line(lineno, message)
 
 
-def _parse_line(line: str, topic: str) -> Message:
+def _parse_line(line: str, topic: str, default_tag: str | None = None) -> Message:
     try:
         obj = json.loads(line)
     except ValueError as exc:
@@ -62,7 +101,7 @@ def _parse_line(line: str, topic: str) -> Message:
     return Message(
         obj.get("topic", topic),
         data,
-        tags=obj.get("tags"),
+        tags=obj.get("tags") or default_tag,
         keys=obj.get("keys"),
         properties={str(k): str(v) for k, v in props.items()},
     )
@@ -113,8 +152,9 @@ class _Progress:
 
 
 async def produce(args: argparse.Namespace) -> int:
+    check_args(args)
     lines = _from_stdin(args) if args.stdin else _generated_lines(args)
-    progress = _Progress(None if args.stdin else args.count)
+    progress = _Progress(None if args.stdin else _count(args))
     started = time.monotonic()
     sent = 0
     last_sent_line = 0
