@@ -147,3 +147,23 @@ def test_status_says_what_is_wrong_in_one_place(tmp_path: Path) -> None:
     assert usage.stderr.strip() == (
         "rmqk: error: give a config file, or --namesrv ADDR and --group GROUP"
     )
+
+
+def test_options_status_would_ignore_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(jsonl_consumer("c", "g", "127.0.0.1:1", "T", tmp_path / "o.jsonl"))
+    cases = [
+        (
+            [str(config), "--transport", "bogus"],
+            "--transport goes without CONFIG; a config names it per consumer",
+        ),
+        (
+            ["--namesrv", "127.0.0.1:1", "--group", "g", "--timeout", "-5"],
+            "--timeout must be more than 0 seconds, got -5",
+        ),
+        ([str(config), "--timeout", "0"], "--timeout must be more than 0 seconds, got 0"),
+    ]
+    for options, error in cases:
+        result = rmqk("status", *options)
+        assert result.returncode == 1, (options, result.stdout)
+        assert result.stderr.strip() == f"rmqk: error: {error}", options

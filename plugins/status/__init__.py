@@ -62,7 +62,8 @@ def _args(parser: argparse.ArgumentParser) -> None:
         help="also show this topic's queues (repeatable; needed when no consumer is online)",
     )
     parser.add_argument(
-        "--transport", default="tcp", help="without CONFIG: the transport (default: tcp)"
+        # None, not "tcp", so one given next to CONFIG (which names its own) can be refused.
+        "--transport", default=None, help="without CONFIG: the transport (default: tcp)"
     )
     parser.add_argument(
         "--timeout",
@@ -112,6 +113,8 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
             )
         if args.namespace:
             raise RmqkError("--namespace goes without CONFIG; a config names it per consumer")
+        if args.transport is not None:
+            raise RmqkError("--transport goes without CONFIG; a config names it per consumer")
         targets = []
         for s in specs:
             ns = effective_namespace(s.options.namespace, s.namesrv_addrs)
@@ -137,7 +140,8 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
     ns = effective_namespace(args.namespace, addrs)
     topics = tuple(wrap(ns, t) for t in args.topic)
     return [
-        _Target(wrap(ns, g), topics, addrs, args.transport, {}, False, None) for g in args.group
+        _Target(wrap(ns, g), topics, addrs, args.transport or "tcp", {}, False, None)
+        for g in args.group
     ]
 
 
@@ -200,6 +204,8 @@ def _watch_seconds(args: argparse.Namespace) -> float | None:
 
 def _run(args: argparse.Namespace) -> int:
     seconds = _watch_seconds(args)
+    if not args.timeout > 0:
+        raise RmqkError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
     targets = _targets(args)
     timeout_ms = max(int(args.timeout * 1000), 1)
     if seconds is not None:
