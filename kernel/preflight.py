@@ -14,14 +14,14 @@ configured from the file, so an in-process check leaves no state behind.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from typing import Literal
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal
 
 from rmqk.config import Config, ConsumerSpec, announce_config
 from rmqk.consume_host import factory_option_specs, parse_service_options
 from rmqk.contracts import OffsetStoreContext
 from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
-from rmqk.options import Where, rehome
+from rmqk.options import Where, plugin_unknown_key_message, rehome
 from rmqk.pluginmanager import get_plugin_manager, registries
 from rmqk.transport import Transport
 
@@ -138,6 +138,7 @@ def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
             ),
         ),
     )
+    problems += _transport_option_problems(where, options.transport, options.transport_options)
     problems += _built(
         where,
         "consume_service_options",
@@ -147,6 +148,37 @@ def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
             factory_option_specs(regs.consume_services.get(options.consume_service)),
         ),
     )
+    return problems
+
+
+def _transport_option_problems(
+    where: Where, transport: str, raw: Mapping[str, Any]
+) -> list[ConfigProblem]:
+    """``transport_options`` keys the transport does not declare, and values it refuses.
+
+    Only a transport factory with ``option_specs`` is checked: one without them
+    predates the declaration and may read keys rmqk cannot know of.
+    """
+    regs = registries()
+    if transport not in regs.transports:
+        return []  # check_plugin_names reports the unknown name
+    factory = regs.transports.get(transport)
+    if not hasattr(factory, "option_specs"):
+        return []
+    specs = {spec.name: spec for spec in factory_option_specs(factory)}
+    table = where.nested("transport_options")
+    problems: list[ConfigProblem] = []
+    for key, value in raw.items():
+        spec = specs.get(key)
+        if spec is None:
+            message = plugin_unknown_key_message(key, specs)
+        else:
+            try:
+                spec.convert(value)
+                continue
+            except ValueError as exc:
+                message = str(exc)
+        problems.append(table.problem(key, f"transport {transport!r}: {message}"))
     return problems
 
 

@@ -88,6 +88,25 @@ REFUSED = [
         "consume_service_options = { colour = 1 }\n",
         "[consumers.orders.consume_service_options] colour: ",
     ),
+    (
+        "transport-options",
+        'sink = "jsonl"\nsink_options = { path = "o.jsonl" }\ntransport_options = { bogus = 1 }\n',
+        "[consumers.orders.transport_options] bogus: transport 'tcp': unknown option; allowed: "
+        "client_close_socket_if_timeout, vip_channel_enabled",
+    ),
+    (
+        "transport-options-near-miss",
+        'sink = "jsonl"\nsink_options = { path = "o.jsonl" }\n'
+        "transport_options = { vip_chanel_enabled = true }\n",
+        "[consumers.orders.transport_options] vip_chanel_enabled: transport 'tcp': unknown option "
+        "(did you mean 'vip_channel_enabled'?)",
+    ),
+    (
+        "transport-options-value",
+        'sink = "jsonl"\nsink_options = { path = "o.jsonl" }\n'
+        'transport_options = { client_close_socket_if_timeout = "no" }\n',
+        "[consumers.orders.transport_options] client_close_socket_if_timeout: transport 'tcp': ",
+    ),
 ]
 
 

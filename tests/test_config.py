@@ -319,7 +319,7 @@ def test_plugin_tables_and_resolved_values() -> None:
     assert spec.allocate_message_queue_strategy == "AVG"
     assert spec.offset_store == "remote-broker"
     assert spec.transport == "tcp" and spec.consume_service == "concurrent"
-    assert spec.transport_options == {"connect_timeout_ms": 5000}
+    assert spec.transport_options == {"client_close_socket_if_timeout": False}
     assert spec.sink == "jsonl"
     assert spec.sink_options == {"path": "out/orders.jsonl", "fsync": True}
     assert spec.options.consume_thread_max == 64

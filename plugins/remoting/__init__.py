@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rmqk.hookspecs import Register, hookimpl
+from rmqk.plugins.remoting.options import TCP_OPTION_SPECS
 from rmqk.transport import TransportConfig
 
 if TYPE_CHECKING:
@@ -24,6 +25,10 @@ def create_tcp_transport(config: TransportConfig, hook: Any | None = None) -> Tc
     from rmqk.plugins.remoting.client import TcpTransport
 
     return TcpTransport(config, hook)
+
+
+# What transport_options may hold: rmqk check and rmqk run refuse any other key.
+create_tcp_transport.option_specs = TCP_OPTION_SPECS  # type: ignore[attr-defined]
 
 
 @hookimpl

@@ -20,16 +20,12 @@ from rmqk.plugins.remoting import acl
 from rmqk.plugins.remoting.connection import Connection, ConnectionPool
 from rmqk.plugins.remoting.frame import SerializeType
 from rmqk.plugins.remoting.inbound import serve
+from rmqk.plugins.remoting.options import CLOSE_SOCKET_IF_TIMEOUT, VIP_CHANNEL_ENABLED
 from rmqk.plugins.remoting.tls import client_ssl_context, server_hostname
 from rmqk.protocol import RemotingCommand
 from rmqk.transport import InboundHandler, TransportConfig
 
 __all__ = ["CLOSE_SOCKET_IF_TIMEOUT", "VIP_CHANNEL_ENABLED", "RemotingClient", "vip_address"]
-
-# TransportConfig.options key: close a connection when a sync call on it times out.
-CLOSE_SOCKET_IF_TIMEOUT = "client_close_socket_if_timeout"
-# TransportConfig.options key: the consumer's vip_channel_enabled (ClientConfig's).
-VIP_CHANNEL_ENABLED = "vip_channel_enabled"
 
 
 def vip_address(addr: str) -> str:

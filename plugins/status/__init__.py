@@ -63,7 +63,9 @@ def _args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         # None, not "tcp", so one given next to CONFIG (which names its own) can be refused.
-        "--transport", default=None, help="without CONFIG: the transport (default: tcp)"
+        "--transport",
+        default=None,
+        help="without CONFIG: the transport (default: tcp)",
     )
     parser.add_argument(
         "--timeout",
