@@ -333,9 +333,11 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     create = topic_sub.add_parser("create", help="create or update a topic on the master brokers")
     _admin_common(create)
     create.add_argument("topic")
-    create.add_argument("--queues", type=int, default=4, help="read and write queues (default: 4)")
-    create.add_argument("--read-queues", type=int, default=None)
-    create.add_argument("--write-queues", type=int, default=None)
+    create.add_argument(
+        "--queues", type=int, default=4, help="read and write queues, 1 or more (default: 4)"
+    )
+    create.add_argument("--read-queues", type=int, default=None, help="overrides --queues")
+    create.add_argument("--write-queues", type=int, default=None, help="overrides --queues")
     create.add_argument(
         "--perm",
         type=int,
@@ -399,7 +401,10 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
         help="with --key: stored at or before (epoch ms or ISO time; default: no end)",
     )
     message.add_argument(
-        "--max-num", type=int, default=64, help="with --key: at most this many (default: 64)"
+        "--max-num",
+        type=int,
+        default=64,
+        help="with --key: at most this many, 1 or more (default: 64)",
     )
     message.add_argument(
         "--broker",
@@ -418,6 +423,23 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     trace.set_defaults(_admin=admin_trace)
 
 
+# The perm values mqadmin updateTopic documents (-p 2|4|6); others are refused, not stored.
+_TOPIC_PERMS = (PERM_WRITE, PERM_READ, PERM_READ | PERM_WRITE)
+
+
+def _check_values(args: argparse.Namespace) -> None:
+    """Refuse values no broker call should be made with, before connecting."""
+    if not args.timeout > 0:
+        raise RmqkError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
+    for flag in ("queues", "read_queues", "write_queues", "max_num"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise RmqkError(f"--{flag.replace('_', '-')} must be 1 or more, got {value}")
+    perm = getattr(args, "perm", None)
+    if perm is not None and perm not in _TOPIC_PERMS:
+        raise RmqkError(f"--perm must be 2 (W), 4 (R) or 6 (RW), got {perm}")
+
+
 def _admin_run(args: argparse.Namespace) -> int:
     action = getattr(args, "_admin", None)
     if action is None:
@@ -427,6 +449,8 @@ def _admin_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+
+    _check_values(args)
 
     async def run() -> int:
         async with AdminClient(args.namesrv, timeout=args.timeout) as client:
