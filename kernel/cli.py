@@ -6,8 +6,9 @@ plugin :mod:`rmqk.builtin_commands`, the others (``broker``, ``admin``,
 ``status``, ``demo``, ...) by plugins, so the kernel imports nothing from plugins.
 
 Every command takes ``--log-level``, ``--log-format`` and ``--debug`` (before or
-after its name). An error is one line on stderr, ``rmqk: error: ...``, and exit
-status 1; ``--debug`` shows the traceback instead.
+after its name, nested sub-commands' names included). An error is one line on
+stderr, ``rmqk: error: ...``, and exit status 1; ``--debug`` shows the traceback
+instead. A command line argparse cannot read prints the usage and exits 2.
 """
 
 from __future__ import annotations
@@ -109,9 +110,23 @@ def build_parser(commands: dict[str, Command] | None = None) -> argparse.Argumen
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         command.add_arguments(p)
-        _common_options(p.add_argument_group("logging and errors"), top=False)  # type: ignore[arg-type]
+        _add_common_options_below(p)
         p.set_defaults(_command=command)
     return parser
+
+
+def _add_common_options_below(parser: argparse.ArgumentParser) -> None:
+    """The logging options on ``parser`` and every parser nested under it.
+
+    So ``rmqk admin topic list --log-level DEBUG`` works as ``rmqk run X --log-level
+    DEBUG`` does. Their defaults are SUPPRESS: a nested parser copies what it parsed
+    over its parents' values, and must not reset one given earlier to a default.
+    """
+    _common_options(parser.add_argument_group("logging and errors"), top=False)  # type: ignore[arg-type]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for nested in dict.fromkeys(action.choices.values()):
+                _add_common_options_below(nested)
 
 
 def _readable(text: str) -> str:

@@ -183,3 +183,25 @@ def test_run_stays_quiet_off_a_terminal(broker: Any, tmp_path: Path) -> None:
     assert proc.returncode == 0, stderr
     assert len(out.read_text().splitlines()) == 50
     assert stdout == "" and stderr == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["admin", "topic", "list", "--log-level", "DEBUG"],
+        ["admin", "--log-level", "DEBUG", "topic", "list"],
+        ["admin", "topic", "--log-level", "DEBUG", "list"],
+        ["--log-level", "DEBUG", "admin", "topic", "list"],
+        ["admin", "message", "--log-level", "DEBUG", "--log-format", "json", "ID"],
+    ],
+)
+def test_logging_options_go_after_any_command_name_even_nested_ones(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RMQK_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("RMQK_LOG_FORMAT", raising=False)
+    args = build_parser().parse_args(argv)
+    # A nested parser must not reset what an outer one parsed to its default.
+    assert args.log_level == "DEBUG"
+    assert args.log_format == ("json" if "--log-format" in argv else "text")
+    assert args.debug is False
