@@ -103,6 +103,10 @@ def rmqk_register_transports(register: Register) -> None:
     :class:`rmqk.transport.Transport` (the client side of the RocketMQ remoting
     protocol), where ``config`` is an :class:`rmqk.transport.TransportConfig` and ``hook``
     is the plugin manager's hook relay, for calling the RPC hooks.
+    A factory with ``option_specs`` (a sequence of :class:`rmqk.options.OptionSpec`)
+    has a consumer's ``transport_options`` checked against them by ``rmqk check``
+    and ``rmqk run``: any other key is refused. The kernel itself passes
+    ``vip_channel_enabled`` when the consumer option of that name is set.
     The default is ``tcp``. Returns nothing. Sync only.
     """
 
