@@ -309,3 +309,25 @@ def test_check_output_is_toml_that_check_accepts_back(
         a["options"].pop("consume_timestamp")
         b["options"].pop("consume_timestamp")
     assert first == second
+
+
+async def test_transport_options_from_python_are_refused_as_from_a_file() -> None:
+    # No config file, so no preflight: the tcp factory itself refuses what it would not read.
+    from rmqk.engine.consumer import AsyncPushConsumer
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.errors import ConfigError
+
+    consumer = AsyncPushConsumer(
+        "g-transport", namesrv_addr="127.0.0.1:1", transport_options={"bogus": 1}
+    )
+    consumer.subscribe("T")
+    consumer.register_listener(lambda msgs: None)
+    with pytest.raises(ConfigError, match=r"\[transport_options\] bogus: transport 'tcp': unknown"):
+        await consumer.start()
+    producer = AsyncProducer(
+        "p-transport",
+        namesrv_addr="127.0.0.1:1",
+        transport_options={"client_close_socket_if_timeout": "no"},
+    )
+    with pytest.raises(ConfigError, match="client_close_socket_if_timeout"):
+        await producer.start()

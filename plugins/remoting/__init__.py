@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rmqk.errors import ConfigError
 from rmqk.hookspecs import Register, hookimpl
+from rmqk.optionspec import Where, convert_values
 from rmqk.plugins.remoting.options import TCP_OPTION_SPECS
 from rmqk.transport import TransportConfig
 
@@ -20,10 +22,21 @@ __all__ = ["create_tcp_transport", "rmqk_register_transports"]
 
 
 def create_tcp_transport(config: TransportConfig, hook: Any | None = None) -> TcpTransport:
-    """Build the ``tcp`` transport; connections open on first use."""
+    """Build the ``tcp`` transport; connections open on first use.
+
+    Options it does not take are refused here too, not only by ``rmqk check``: a
+    consumer or producer made in Python (``transport_options={...}``) gets the same
+    error instead of a key that is silently never read.
+    """
     # Imported here so loading the plugin (for `rmqk plugins`, say) stays cheap.
     from rmqk.plugins.remoting.client import TcpTransport
 
+    specs = {spec.name: spec for spec in TCP_OPTION_SPECS}
+    _, problems = convert_values(specs, config.options, Where("<options>", "transport_options"))
+    if problems:
+        for problem in problems:
+            problem.message = f"transport 'tcp': {problem.message}"
+        raise ConfigError(problems)
     return TcpTransport(config, hook)
 
 
