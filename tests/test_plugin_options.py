@@ -154,10 +154,14 @@ def test_every_builtin_plugin_option_is_in_the_reference() -> None:
         assert f"### {table} of the {name} {kind}" in text
         for spec in option_specs(cls).values():
             assert f"| `{spec.name}` |" in text
+    from rmqk.plugins.remoting.options import TCP_OPTION_SPECS
     from rmqk.plugins.spark.options import SinkOptions
 
     for name in option_specs(SinkOptions):
         assert f"| `{name}` |" in ref.spark_sink_options()
+    assert "### transport_options of the tcp transport" in text
+    for spec in TCP_OPTION_SPECS:
+        assert f"| `{spec.name}` |" in text
     page = (ROOT / "docs" / "config-reference.md").read_text()
     assert "<!-- generated: plugin-options -->" in page
 

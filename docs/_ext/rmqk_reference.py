@@ -122,8 +122,13 @@ def options_table(cls: type, extra: list[tuple[str, str, str, str, str]] | None 
     """One row per option ``cls`` declares with :func:`rmqk.options.option`."""
     from rmqk.options import option_specs
 
+    return specs_table(list(option_specs(cls).values()), extra)
+
+
+def specs_table(specs: list[Any], extra: list[tuple[str, str, str, str, str]] | None = None) -> str:
+    """One row per :class:`rmqk.options.OptionSpec` (a plugin's ``option_specs``)."""
     rows = []
-    for spec in option_specs(cls).values():
+    for spec in specs:
         allowed = ", ".join(f"`{c}`" for c in spec.choices) or (
             f"`{spec.range_text}`" if spec.range_text else ""
         )
@@ -171,6 +176,11 @@ def plugin_options() -> str:
     parts = []
     for kind, name, table, cls in plugin_option_classes():
         parts.append(f"### {table} of the {name} {kind}\n\n{options_table(cls)}")
+    from rmqk.plugins.remoting.options import TCP_OPTION_SPECS
+
+    parts.append(
+        "### transport_options of the tcp transport\n\n" + specs_table(list(TCP_OPTION_SPECS))
+    )
     parts.append(
         "### sink_options of the spark sink\n\n"
         "Also in the [Spark guide](spark.md).\n\n" + spark_sink_options()
