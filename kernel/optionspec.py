@@ -15,7 +15,7 @@ import enum
 import importlib
 import os
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -41,6 +41,7 @@ __all__ = [
     "option",
     "option_specs",
     "parse_options",
+    "plugin_option_problems",
     "plugin_unknown_key_message",
     "rehome",
     "thaw",
@@ -482,6 +483,17 @@ def convert_values(
         if spec.required is not None and name not in mapping:
             problems.append(where.problem(name, f"required key is missing: {spec.required}"))
     return values, problems
+
+
+def plugin_option_problems(
+    owner: str, specs: Iterable[OptionSpec], mapping: Mapping[str, Any], where: Where
+) -> list[ConfigProblem]:
+    """:func:`convert_values`' problems for a plugin's options table, each naming the
+    plugin (``owner``, e.g. ``transport 'tcp'``) before what is wrong."""
+    _, problems = convert_values({spec.name: spec for spec in specs}, mapping, where)
+    for problem in problems:
+        problem.message = f"{owner}: {problem.message}"
+    return problems
 
 
 def _from_text(spec: OptionSpec, raw: str) -> object:

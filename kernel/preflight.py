@@ -21,7 +21,8 @@ from rmqk.config import Config, ConsumerSpec, announce_config
 from rmqk.consume_host import factory_option_specs, parse_service_options
 from rmqk.contracts import OffsetStoreContext
 from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
-from rmqk.options import Where, plugin_unknown_key_message, rehome
+from rmqk.options import Where, rehome
+from rmqk.optionspec import plugin_option_problems
 from rmqk.pluginmanager import get_plugin_manager, registries
 from rmqk.transport import Transport
 
@@ -165,21 +166,12 @@ def _transport_option_problems(
     factory = regs.transports.get(transport)
     if not hasattr(factory, "option_specs"):
         return []
-    specs = {spec.name: spec for spec in factory_option_specs(factory)}
-    table = where.nested("transport_options")
-    problems: list[ConfigProblem] = []
-    for key, value in raw.items():
-        spec = specs.get(key)
-        if spec is None:
-            message = plugin_unknown_key_message(key, specs)
-        else:
-            try:
-                spec.convert(value)
-                continue
-            except ValueError as exc:
-                message = str(exc)
-        problems.append(table.problem(key, f"transport {transport!r}: {message}"))
-    return problems
+    return plugin_option_problems(
+        f"transport {transport!r}",
+        factory_option_specs(factory),
+        raw,
+        where.nested("transport_options"),
+    )
 
 
 def _built(where: Where, key: str, build: Callable[[], object]) -> list[ConfigProblem]:

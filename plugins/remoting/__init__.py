@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqk.errors import ConfigError
 from rmqk.hookspecs import Register, hookimpl
-from rmqk.optionspec import Where, convert_values
+from rmqk.optionspec import Where, plugin_option_problems
 from rmqk.plugins.remoting.options import TCP_OPTION_SPECS
 from rmqk.transport import TransportConfig
 
@@ -31,11 +31,10 @@ def create_tcp_transport(config: TransportConfig, hook: Any | None = None) -> Tc
     # Imported here so loading the plugin (for `rmqk plugins`, say) stays cheap.
     from rmqk.plugins.remoting.client import TcpTransport
 
-    specs = {spec.name: spec for spec in TCP_OPTION_SPECS}
-    _, problems = convert_values(specs, config.options, Where("<options>", "transport_options"))
+    problems = plugin_option_problems(
+        "transport 'tcp'", TCP_OPTION_SPECS, config.options, Where("<options>", "transport_options")
+    )
     if problems:
-        for problem in problems:
-            problem.message = f"transport 'tcp': {problem.message}"
         raise ConfigError(problems)
     return TcpTransport(config, hook)
 
