@@ -119,7 +119,9 @@ def test_every_generated_block_is_committed_and_known(reference: ModuleType) -> 
             # The content is in the page itself, between its begin and end markers.
             body = source.split(reference.begin_marker(name), 1)[1]
             body = body.split(reference.end_marker(name), 1)[0]
-            assert body.strip() == reference.GENERATORS[name]().strip(), (page, name)
+            assert body.strip() == (
+                f"{reference.DO_NOT_EDIT}\n\n{reference.GENERATORS[name]().strip()}"
+            ), (page, name)
     with pytest.raises(ValueError, match="unknown generated section 'nope'"):
         reference.expand("<!-- generated: nope -->\n")
 
@@ -156,7 +158,8 @@ def test_a_new_block_needs_only_its_begin_marker(reference: ModuleType) -> None:
     expanded = reference.expand(text)
     assert expanded == (
         "# Page\n\n"
-        f"{reference.begin_marker('spark-columns')}\n\n"
+        "<!-- generated: spark-columns -->\n"
+        f"{reference.DO_NOT_EDIT}\n\n"
         f"{reference.spark_columns().strip()}\n\n"
         f"{reference.end_marker('spark-columns')}\n"
         "\nProse after.\n"

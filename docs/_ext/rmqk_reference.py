@@ -51,8 +51,8 @@ __all__ = [
 # staleness test's message and the docs).
 COMMAND = "python docs/_ext/rmqk_reference.py --write"
 DOCS = Path(__file__).resolve().parent.parent
-# A begin marker may carry a note after the name (the one --write puts there says
-# how to regenerate); the end marker names the block it closes.
+# A begin marker may carry a note after the name; the end marker names the block it
+# closes. The block's first line (DO_NOT_EDIT) says how to regenerate it.
 BEGIN = re.compile(r"^<!-- generated: ([a-z0-9-]+)(?:[;:,] .*)? -->\s*$")
 END = re.compile(r"^<!-- end generated: ([a-z0-9-]+) -->\s*$")
 # argparse lays help out differently from one Python to the next (3.13 joins an
@@ -391,7 +391,13 @@ GENERATORS: dict[str, Callable[[], str]] = {
 
 
 def begin_marker(name: str) -> str:
-    return f"<!-- generated: {name}; do not edit, regenerate: {COMMAND} -->"
+    return f"<!-- generated: {name} -->"
+
+
+# The first line of every block, for whoever opens the page to edit it.
+DO_NOT_EDIT = (
+    f"<!-- do not edit this block: it is generated from the code; regenerate: {COMMAND} -->"
+)
 
 
 def end_marker(name: str) -> str:
@@ -447,7 +453,9 @@ def expand(text: str, where: str = "<text>", keep: Collection[str] = ()) -> str:
             body = committed.strip("\n")
         else:
             body = GENERATORS[name]().strip("\n")
-        out.append(f"{begin_marker(name)}\n\n{body}\n\n{end_marker(name)}\n")
+        if body.startswith(DO_NOT_EDIT):
+            body = body[len(DO_NOT_EDIT) :].strip("\n")
+        out.append(f"{begin_marker(name)}\n{DO_NOT_EDIT}\n\n{body}\n\n{end_marker(name)}\n")
     return "".join(out)
 
 
