@@ -1,8 +1,9 @@
 """Sphinx configuration: the docs are Markdown, built with MyST, warnings as errors in tox.
 
-The reference pages (config, hooks, CLI) are generated from the code while Sphinx
-reads them, by the ``rmqk_reference`` extension in ``_ext/``; nothing generated
-is written to the source tree.
+The reference pages (config, hooks, CLI) are generated from the code into the
+Markdown by ``python docs/_ext/rmqk_reference.py --write`` and committed; the build
+renders them as they are (``tests/test_docs.py`` fails while one is stale). The
+``rmqk_reference`` extension in ``_ext/`` fills in the index's ``<!-- other pages -->``.
 """
 
 import os

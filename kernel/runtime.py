@@ -15,6 +15,7 @@ import attrs
 from rmqk.config import Config, ConsumerSpec
 from rmqk.contracts import BufferedSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.engine.listener import listener_name
 from rmqk.errors import ClientError, ConfigError
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
@@ -30,6 +31,7 @@ __all__ = [
     "StopTally",
     "install_stop_signals",
     "run_config",
+    "sink_listener_name",
     "widen_for_sink",
 ]
 
@@ -54,16 +56,19 @@ class StopTally:
     group: str
     consumed: int
     failed: int
-    # Queues with an offset committed, and the sum of those offsets.
+    # Queues with an offset committed at the stop; of those, the ones whose offset this
+    # run moved, and by how much in all. Offsets themselves are not summed: they count
+    # every earlier run's messages too, and read as a mismatch beside ``consumed``.
     committed_queues: int
-    committed_total: int
+    advanced_queues: int
+    advanced_total: int
     elapsed_s: float
 
     def line(self) -> str:
         return (
             f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed, "
-            f"offsets committed on {self.committed_queues} queues (sum {self.committed_total:,}), "
-            f"ran {self.elapsed_s:,.1f} s"
+            f"offsets advanced by {self.advanced_total:,} on {self.advanced_queues} of "
+            f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s"
         )
 
 
@@ -102,13 +107,13 @@ class ComposedConsumer:
             async def deliver_later(messages: list[MessageExt], context: Any) -> Any:
                 return buffered.submit(context.queue, messages)
 
-            self.consumer.register_listener(deliver_later)
+            self.consumer.register_listener(deliver_later, name=sink_listener_name(spec))
         else:
 
             async def deliver(messages: list[MessageExt], context: Any) -> None:
                 await sink.write(context.queue, messages)
 
-            self.consumer.register_listener(deliver)
+            self.consumer.register_listener(deliver, name=sink_listener_name(spec))
 
     async def start(self) -> None:
         # Tasks the consumer creates while starting (pull loops, consume workers, timers)
@@ -153,7 +158,13 @@ class ComposedConsumer:
             for topic in topics:
                 with contextlib.suppress(Exception):
                     offsets.update(store.clone_offset_table(topic))
-        committed = [offset for offset in offsets.values() if offset >= 0]
+        committed = {mq: offset for mq, offset in offsets.items() if offset >= 0}
+        started = consumer.run_start_offsets
+        advances = [
+            offset - started[mq]
+            for mq, offset in committed.items()
+            if mq in started and offset > started[mq]
+        ]
         end = self.stopped_at if self.stopped_at is not None else time.monotonic()
         return StopTally(
             name=self.spec.name,
@@ -161,9 +172,25 @@ class ComposedConsumer:
             consumed=consumed,
             failed=failed,
             committed_queues=len(committed),
-            committed_total=sum(committed),
+            advanced_queues=len(advances),
+            advanced_total=sum(advances),
             elapsed_s=end - self.started_at if self.started_at is not None else 0.0,
         )
+
+
+def sink_listener_name(spec: ConsumerSpec) -> str:
+    """What a composed consumer's failure log lines call its listener.
+
+    The function the config names (a ``function`` sink option, as the python sink
+    has: ``orders.handlers:handle_batch``), else the sink; never the wrapper that
+    hands batches to the sink, whose name the user has not seen.
+    """
+    function = spec.sink_options.get("function") if spec.sink_options else None
+    if isinstance(function, str) and function:
+        return function
+    if callable(function):
+        return listener_name(function)
+    return f"sink {spec.sink}"
 
 
 def widen_for_sink(

@@ -1,10 +1,12 @@
 """The documentation's generated reference pages cover everything the code has.
 
-The pages are generated while Sphinx reads them (docs/_ext/rmqk_reference.py); these
-tests call the same generators, and check the pages that hold their markers, so an
-option, hook or command missing from the reference fails here, not only in a
-reader's hands. The Sphinx build itself runs in ``tox -e docs`` with warnings as
-errors.
+The reference blocks are generated into the Markdown of docs/ by
+``python docs/_ext/rmqk_reference.py --write`` and committed, so GitHub, an editor
+and a source distribution show them; these tests call the same generators, check
+that every committed block is what the code generates today (naming the stale page
+and the command), and check the pages that hold the blocks, so an option, hook or
+command missing from the reference fails here, not only in a reader's hands. The
+Sphinx build itself runs in ``tox -e docs`` with warnings as errors.
 """
 
 from __future__ import annotations
@@ -91,21 +93,99 @@ def test_migration_table_maps_every_java_setter(reference: ModuleType) -> None:
             assert f"`{setter}` | [`{spec.name}`](config-reference.md#{spec.name})" in text
 
 
-def test_marked_pages_expand_and_every_marker_is_known(reference: ModuleType) -> None:
+def test_every_generated_block_is_committed_and_known(reference: ModuleType) -> None:
     expected = {
-        "config-reference.md": "config-reference",
-        "hook-reference.md": "hook-reference",
-        "cli.md": "cli-reference",
-        "migration-from-java.md": "java-options",
-        "spark.md": "spark-columns",
+        "config-reference.md": [
+            "config-reference",
+            "lite-pull-options",
+            "producer-options",
+            "plugin-options",
+        ],
+        "hook-reference.md": ["hook-reference"],
+        "cli.md": ["cli-reference"],
+        "migration-from-java.md": ["java-options"],
+        "spark.md": ["spark-columns", "spark-sink-options", "spark-source-options"],
     }
-    for page, marker in expected.items():
+    found = {
+        page.name: reference.generated_names(page.read_text())
+        for page in sorted(DOCS.glob("*.md"))
+        if reference.generated_names(page.read_text())
+    }
+    assert found == expected
+    assert sorted(n for names in found.values() for n in names) == sorted(reference.GENERATORS)
+    for page, names in expected.items():
         source = (DOCS / page).read_text()
-        assert f"<!-- generated: {marker} -->" in source, page
-        expanded = reference.expand(source)
-        assert "<!-- generated:" not in expanded
+        for name in names:
+            # The content is in the page itself, between its begin and end markers.
+            body = source.split(reference.begin_marker(name), 1)[1]
+            body = body.split(reference.end_marker(name), 1)[0]
+            assert body.strip() == (
+                f"{reference.DO_NOT_EDIT}\n\n{reference.GENERATORS[name]().strip()}"
+            ), (page, name)
     with pytest.raises(ValueError, match="unknown generated section 'nope'"):
-        reference.expand("<!-- generated: nope -->")
+        reference.expand("<!-- generated: nope -->\n")
+
+
+def test_no_committed_reference_is_stale(reference: ModuleType) -> None:
+    stale = [str(p.relative_to(ROOT)) for p in reference.stale_pages(DOCS)]
+    assert not stale, (
+        f"{', '.join(stale)}: the generated reference differs from what the code generates "
+        f"now; regenerate it with `{reference.COMMAND}` and commit the result"
+    )
+
+
+def test_a_changed_option_makes_its_page_stale_until_regenerated(
+    reference: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = tmp_path / "spark.md"
+    page.write_text((DOCS / "spark.md").read_text())
+    (tmp_path / "notes.md").write_text("no generated block here\n")
+    assert reference.stale_pages(tmp_path) == []
+    real = reference.GENERATORS["spark-sink-options"]
+    monkeypatch.setitem(
+        reference.GENERATORS, "spark-sink-options", lambda: real() + "| `new_option` | |\n"
+    )
+    assert reference.stale_pages(tmp_path) == [page]
+    assert reference.write(tmp_path) == [page]
+    assert "| `new_option` | |" in page.read_text()
+    assert reference.stale_pages(tmp_path) == []
+    # Writing again changes nothing: the blocks are rewritten in place, not appended.
+    assert reference.write(tmp_path) == []
+
+
+def test_a_new_block_needs_only_its_begin_marker(reference: ModuleType) -> None:
+    text = "# Page\n\n<!-- generated: spark-columns -->\n\nProse after.\n"
+    expanded = reference.expand(text)
+    assert expanded == (
+        "# Page\n\n"
+        "<!-- generated: spark-columns -->\n"
+        f"{reference.DO_NOT_EDIT}\n\n"
+        f"{reference.spark_columns().strip()}\n\n"
+        f"{reference.end_marker('spark-columns')}\n"
+        "\nProse after.\n"
+    )
+    assert reference.expand(expanded) == expanded
+    with pytest.raises(ValueError, match="ends with the end marker of 'java-options'"):
+        reference.expand(
+            "<!-- generated: spark-columns -->\n<!-- end generated: java-options -->\n"
+        )
+    with pytest.raises(ValueError, match="an end marker with no generated block open"):
+        reference.expand("<!-- end generated: java-options -->\n")
+
+
+def test_the_regenerate_command_runs_as_documented(reference: ModuleType) -> None:
+    import subprocess
+
+    assert reference.COMMAND == "python docs/_ext/rmqk_reference.py --write"
+    check = subprocess.run(
+        [sys.executable, "docs/_ext/rmqk_reference.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert (check.returncode, check.stdout) == (0, "")
+    for where in ("README.md", "docs/index.md"):
+        assert reference.COMMAND in (ROOT / where).read_text(), where
 
 
 def test_every_page_is_reachable_from_the_index(reference: ModuleType) -> None:
@@ -156,3 +236,16 @@ def test_example_configs_are_valid() -> None:
         ("BROADCASTING", "concurrent"),
     } <= modes
     assert {"jsonl", "python", "spark"} <= sinks
+
+
+def test_the_package_names_where_its_documentation_is() -> None:
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert set(urls) >= {"Documentation", "Source", "Issues"}
+    source = urls["Source"]
+    assert source.startswith("https://")
+    # Documentation is the docs folder of that repository, where the reference is committed.
+    assert urls["Documentation"] == f"{source}/tree/main/docs"
+    assert urls["Issues"] == f"{source}/issues"
+    readme = (ROOT / "README.md").read_text()
+    for page in ("config-reference.md", "cli.md", "spark.md", "hook-reference.md"):
+        assert f"](docs/{page}" in readme, page

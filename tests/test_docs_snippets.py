@@ -3,8 +3,9 @@
 Each fenced ``python`` block is run verbatim in a fresh interpreter, with only the name
 server address pointed at an embedded broker on a free loopback port. A snippet that
 starts a consumer must keep running after ``start()`` (as a Java consumer keeps its JVM
-alive), consume exactly what its subscription selects, and stop cleanly on Ctrl-C with
-its offsets committed, so that running it again consumes nothing twice.
+alive; the ``AsyncPushConsumer`` one while its ``main()`` awaits), consume exactly what its
+subscription selects, and stop cleanly on Ctrl-C with its offsets committed, so that running
+it again consumes nothing twice.
 """
 
 from __future__ import annotations
@@ -44,9 +45,19 @@ def consumer_snippets() -> list[Any]:
     return found
 
 
-def test_every_page_has_the_consumer_snippet() -> None:
-    # If a page drops or renames its snippet, the test below must not silently run nothing.
-    assert len(consumer_snippets()) == len(PAGES)
+def test_every_page_has_its_consumer_snippets() -> None:
+    # If a page drops or renames a snippet, the test below must not silently run nothing.
+    found: dict[str, list[str]] = {}
+    for page in PAGES:
+        for block in python_blocks(page):
+            if "PushConsumer(" in block:
+                kind = "AsyncPushConsumer" if "AsyncPushConsumer(" in block else "PushConsumer"
+                found.setdefault(page.name, []).append(kind)
+    assert found == {
+        "README.md": ["PushConsumer", "AsyncPushConsumer"],
+        "quickstart.md": ["PushConsumer", "AsyncPushConsumer"],
+        "migration-from-java.md": ["PushConsumer"],
+    }
 
 
 def _produce(namesrv: str, per_tag: int) -> None:
@@ -60,11 +71,18 @@ def _produce(namesrv: str, per_tag: int) -> None:
         producer.shutdown()
 
 
+# Printed by a line added after a blocking-API snippet: its start() has returned.
+RETURNED = "snippet: start() returned"
+
+
 class _Snippet:
     def __init__(self, code: str, namesrv: str, tmp_path: Path) -> None:
         assert DEFAULT_NAMESRV in code, "the snippet no longer names the default name server"
         script = tmp_path / "snippet.py"
-        script.write_text(code.replace(DEFAULT_NAMESRV, namesrv))
+        code = code.replace(DEFAULT_NAMESRV, namesrv)
+        if _returns_from_start(code):
+            code += f"\nprint({RETURNED!r})\n"
+        script.write_text(code)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, str(script)],
@@ -107,13 +125,22 @@ class _Snippet:
         return self.proc.returncode, err.decode()
 
 
+def _returns_from_start(code: str) -> bool:
+    # The PushConsumer snippets end with start(); the pages say it returns, and that
+    # the process stays alive after the script's last line.
+    return "AsyncPushConsumer(" not in code and bool(re.search(r"^consumer\.start\(\)", code, re.M))
+
+
 @pytest.mark.parametrize("code", consumer_snippets())
 def test_consumer_snippet_runs_as_written(code: str, broker_thread: Any, tmp_path: Path) -> None:
     per_tag = 10
     _produce(broker_thread.namesrv_addr, per_tag)
 
     first = _Snippet(code, broker_thread.namesrv_addr, tmp_path)
-    lines = first.read_until(2 * per_tag, timeout=60)
+    returns = _returns_from_start(code)
+    lines = first.read_until(2 * per_tag + returns, timeout=60)
+    if returns:
+        assert RETURNED in lines, lines
     # Still running after start() returned, and after everything was consumed.
     time.sleep(1.0)
     assert first.proc.poll() is None, first.proc.communicate()[1].decode()

@@ -1,8 +1,9 @@
 """Every hook is documented in the hook reference and has a test named test_hook_<name>.
 
-The reference (docs/hook-reference.md) is generated from the hook specs while Sphinx
-reads it, so a hook is documented when its spec has a docstring that says when it is
-called; these tests check the generated page and the docstrings.
+The reference (docs/hook-reference.md) is generated from the hook specs into the page
+(``python docs/_ext/rmqk_reference.py --write``), so a hook is documented when its spec
+has a docstring that says when it is called; these tests check the page as the code
+generates it and the docstrings (tests/test_docs.py checks the committed page is fresh).
 """
 
 from __future__ import annotations

@@ -337,3 +337,26 @@ def test_each_worker_serves_its_own_figures_on_port_plus_its_slot(
     assert proc.returncode == 0, "".join(stderr.lines)[-3000:]
     # Four queues over two members: both consumed, and no endpoint counts the other's.
     assert sum(each) == count and all(n > 0 for n in each), each
+
+
+def test_every_metric_served_is_in_the_operations_table_and_back() -> None:
+    # docs/operations.md's table is what an operator builds dashboards from: a metric the
+    # registry serves but the table leaves out (rmqk_skipped_records_total was) is
+    # invisible, and a row the registry does not serve is a dashboard that stays empty.
+    served = {
+        family.name + ("_total" if family.type == "counter" else ""): family.type
+        for family in text_string_to_metric_families(
+            generate_latest(RmqkMetrics().registry).decode()
+        )
+    }
+    page = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    documented: dict[str, str] = {}
+    for names, kind in re.findall(r"^\| ((?:`rmqk_\w+`(?:, )?)+) \| (\w+) \|", page, re.M):
+        for name in re.findall(r"`(rmqk_\w+)`", names):
+            assert name not in documented, f"operations.md lists {name} twice"
+            documented[name] = kind
+    assert sorted(documented) == sorted(served), (
+        f"served, not in docs/operations.md: {sorted(set(served) - set(documented))}; "
+        f"in the table, not served: {sorted(set(documented) - set(served))}"
+    )
+    assert documented == served

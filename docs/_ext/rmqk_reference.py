@@ -1,7 +1,9 @@
-"""Reference pages generated from the code while Sphinx reads them.
+"""Reference pages generated from the code, written into the Markdown of docs/.
 
-A page holds a marker line ``<!-- generated: NAME -->``; when Sphinx reads it,
-the marker is replaced by Markdown generated from the code:
+A page holds a block that starts with a marker line ``<!-- generated: NAME ... -->``
+and ends with ``<!-- end generated: NAME -->``; between them is Markdown generated
+from the code, committed, so the page reads the same on GitHub, in an editor and in
+the HTML build:
 
 * ``config-reference``: every key of a ``[consumers.<name>]`` table, from
   :data:`rmqk.config.COMPOSITION_KEYS` and :data:`rmqk.options.OPTIONS`;
@@ -12,8 +14,14 @@ the marker is replaced by Markdown generated from the code:
 * ``cli-reference``: ``rmqk --help`` and the help of every sub-command, from the
   parser the CLI builds (so plugins' commands appear as installed).
 
-Nothing generated is written to disk. ``tests/test_docs.py`` checks that every
-option, hook and command appears in what these functions return.
+After changing an option, a hook or a command, regenerate every page with::
+
+    python docs/_ext/rmqk_reference.py --write
+
+(``--check`` only says which pages are stale). A new block needs only its begin
+marker line; ``--write`` fills it in and adds the end marker. ``tests/test_docs.py``
+fails, naming the page and this command, when a committed block differs from what
+the code generates, and checks that every option, hook and command appears.
 """
 
 from __future__ import annotations
@@ -22,12 +30,35 @@ import contextlib
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
 from typing import Any
 
-__all__ = ["GENERATORS", "cli_reference", "config_reference", "hook_reference", "setup"]
+__all__ = [
+    "COMMAND",
+    "GENERATORS",
+    "cli_reference",
+    "config_reference",
+    "expand",
+    "hook_reference",
+    "main",
+    "setup",
+    "stale_pages",
+]
 
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
+# The one command that rewrites every generated block (named in the markers, the
+# staleness test's message and the docs).
+COMMAND = "python docs/_ext/rmqk_reference.py --write"
+DOCS = Path(__file__).resolve().parent.parent
+# A begin marker may carry a note after the name; the end marker names the block it
+# closes. The block's first line (DO_NOT_EDIT) says how to regenerate it.
+BEGIN = re.compile(r"^<!-- generated: ([a-z0-9-]+)(?:[;:,] .*)? -->\s*$")
+END = re.compile(r"^<!-- end generated: ([a-z0-9-]+) -->\s*$")
+# argparse lays help out differently from one Python to the next (3.13 joins an
+# option's spellings before its metavar); the committed CLI reference is 3.11's,
+# the version CI runs, so only that version can compare it byte for byte.
+CLI_REFERENCE_PYTHON = (3, 11)
 
 
 # -- config reference -------------------------------------------------------------
@@ -359,16 +390,123 @@ GENERATORS: dict[str, Callable[[], str]] = {
 }
 
 
-def expand(text: str) -> str:
-    """``text`` with each marker replaced by what its generator returns."""
+def begin_marker(name: str) -> str:
+    return f"<!-- generated: {name} -->"
 
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
+
+# The first line of every block, for whoever opens the page to edit it.
+DO_NOT_EDIT = (
+    f"<!-- do not edit this block: it is generated from the code; regenerate: {COMMAND} -->"
+)
+
+
+def end_marker(name: str) -> str:
+    return f"<!-- end generated: {name} -->"
+
+
+def generated_names(text: str) -> list[str]:
+    """The names of the generated blocks ``text`` holds, in order."""
+    return [m.group(1) for line in text.splitlines() if (m := BEGIN.match(line))]
+
+
+def expand(text: str, where: str = "<text>", keep: Collection[str] = ()) -> str:
+    """``text`` with each generated block's content replaced by what its generator returns.
+
+    A begin marker with no end marker before the next begin marker (or the end of
+    the page) opens a new block: the generated content and the end marker are
+    inserted after it, and the lines that follow stay. The blocks named in ``keep``
+    keep their committed content.
+    """
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        begin = BEGIN.match(lines[i])
+        if begin is None:
+            if END.match(lines[i]):
+                raise ValueError(f"{where}:{i + 1}: an end marker with no generated block open")
+            out.append(lines[i])
+            i += 1
+            continue
+        name = begin.group(1)
         if name not in GENERATORS:
-            raise ValueError(f"unknown generated section {name!r}; known: {', '.join(GENERATORS)}")
-        return GENERATORS[name]()
+            raise ValueError(
+                f"{where}:{i + 1}: unknown generated section {name!r}; "
+                f"known: {', '.join(GENERATORS)}"
+            )
+        j = i + 1
+        while j < len(lines) and not BEGIN.match(lines[j]) and not END.match(lines[j]):
+            j += 1
+        closing = END.match(lines[j]) if j < len(lines) else None
+        if closing is not None:
+            if closing.group(1) != name:
+                raise ValueError(
+                    f"{where}:{j + 1}: block {name!r} (line {i + 1}) ends with the end "
+                    f"marker of {closing.group(1)!r}"
+                )
+            committed: str | None = "".join(lines[i + 1 : j])
+            i = j + 1
+        else:
+            committed = None
+            i += 1
+        if name in keep and committed is not None:
+            body = committed.strip("\n")
+        else:
+            body = GENERATORS[name]().strip("\n")
+        if body.startswith(DO_NOT_EDIT):
+            body = body[len(DO_NOT_EDIT) :].strip("\n")
+        out.append(f"{begin_marker(name)}\n{DO_NOT_EDIT}\n\n{body}\n\n{end_marker(name)}\n")
+    return "".join(out)
 
-    return MARKER.sub(replace, text)
+
+def stale_pages(docs: Path = DOCS) -> list[Path]:
+    """The pages of ``docs`` whose generated blocks differ from what the code generates.
+
+    On a Python other than :data:`CLI_REFERENCE_PYTHON` the CLI reference is taken
+    as committed (argparse's layout differs there, not rmqk's commands).
+    """
+    keep = () if sys.version_info[:2] == CLI_REFERENCE_PYTHON else ("cli-reference",)
+    stale = []
+    for page in sorted(docs.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        if generated_names(text) and expand(text, str(page), keep) != text:
+            stale.append(page)
+    return stale
+
+
+def write(docs: Path = DOCS) -> list[Path]:
+    """Rewrite every generated block of the pages of ``docs``; the pages that changed."""
+    changed = []
+    for page in sorted(docs.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        if not generated_names(text):
+            continue
+        new = expand(text, str(page))
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            changed.append(page)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python docs/_ext/rmqk_reference.py",
+        description="Regenerate the reference blocks of docs/*.md from the code.",
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="rewrite the stale blocks")
+    mode.add_argument("--check", action="store_true", help="exit 1 if a block is stale")
+    args = parser.parse_args(argv)
+    if args.write:
+        for page in write():
+            print(f"rewrote {page.relative_to(DOCS.parent)}")
+        return 0
+    stale = stale_pages()
+    for page in stale:
+        print(f"stale: {page.relative_to(DOCS.parent)}; regenerate with: {COMMAND}")
+    return 1 if stale else 0
 
 
 _OTHER_PAGES = "<!-- other pages -->"
@@ -388,8 +526,8 @@ def other_pages(text: str, found: set[str], docname: str) -> str:
 
 
 def _on_source_read(app: Any, docname: str, source: list[str]) -> None:
-    if MARKER.search(source[0]):
-        source[0] = expand(source[0])
+    # The generated blocks are committed Markdown and render as they are; the
+    # staleness test (tests/test_docs.py) keeps them in step with the code.
     if _OTHER_PAGES in source[0]:
         source[0] = other_pages(source[0], set(app.env.found_docs), docname)
 
@@ -397,3 +535,7 @@ def _on_source_read(app: Any, docname: str, source: list[str]) -> None:
 def setup(app: Any) -> dict[str, Any]:
     app.connect("source-read", _on_source_read)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

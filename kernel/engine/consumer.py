@@ -84,6 +84,7 @@ class AsyncPushConsumer(ConsumerMember):
         self.rebalance = Rebalance(self)
         self._subscriptions: dict[str, tuple[str, ExpressionType]] = {}
         self.listener: Callable[..., Any] | None = None
+        self.listener_name: str | None = None
         self.rebalance_listener: Callable[..., Any] | None = None
         self.paused = False
         self.consume_service: ConsumeService
@@ -98,6 +99,8 @@ class AsyncPushConsumer(ConsumerMember):
         self.pull_api: PullAPI
         self.stats = ConsumerStats()
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        # Where this run started on each queue it pulled: what a stop reports progress from.
+        self.run_start_offsets: dict[MessageQueue, int] = {}
 
     # -- configuration ------------------------------------------------------------------
 
@@ -135,11 +138,18 @@ class AsyncPushConsumer(ConsumerMember):
         self._subscriptions.pop(topic, None)
         self.rebalance.subscription_inner.pop(topic, None)
 
-    def register_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
-        """Set the listener; usable as a decorator. May be a function or a coroutine function."""
+    def register_listener(
+        self, listener: Callable[..., Any], *, name: str | None = None
+    ) -> Callable[..., Any]:
+        """Set the listener; usable as a decorator. May be a function or a coroutine function.
+
+        ``name`` is what the failure log lines call the listener (by default its
+        ``module:qualname``); ``rmqk run`` passes the sink's, as the config names it.
+        """
         if not callable(listener):
             raise ClientError("messageListener must be callable")
         self.listener = listener
+        self.listener_name = name
         return listener
 
     def register_rebalance_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
@@ -177,7 +187,9 @@ class AsyncPushConsumer(ConsumerMember):
             opts, self.group, self.message_model, self.client
         )
         # Java's pool never grows past its core size (an unbounded queue).
-        self.invoker = ListenerInvoker(self.listener, self.group, opts.consume_thread_min)
+        self.invoker = ListenerInvoker(
+            self.listener, self.group, opts.consume_thread_min, name=self.listener_name
+        )
         self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)
         if self.consume_orderly:
@@ -407,6 +419,7 @@ class AsyncPushConsumer(ConsumerMember):
     # -- pulling ---------------------------------------------------------------------------------
 
     def start_pulling(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
+        self.run_start_offsets.setdefault(mq, next_offset)
         old = self._pull_tasks.pop(mq, None)
         if old is not None and not old.done():
             old.cancel()

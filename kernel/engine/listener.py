@@ -37,6 +37,7 @@ __all__ = [
     "FailureLog",
     "ListenerInvoker",
     "ListenerOutcome",
+    "listener_name",
 ]
 
 log = logging.getLogger("rmqk.engine.listener")
@@ -148,10 +149,11 @@ class FailureLog:
         )
 
 
-def _listener_name(listener: Callable[..., Any]) -> str:
+def listener_name(listener: Callable[..., Any]) -> str:
+    """``module:qualname``, the form a config's ``module:function`` names a function in."""
     name = getattr(listener, "__qualname__", None) or type(listener).__qualname__
     module = getattr(listener, "__module__", None)
-    return f"{module}.{name}" if module else str(name)
+    return f"{module}:{name}" if module else str(name)
 
 
 class ListenerInvoker:
@@ -163,6 +165,7 @@ class ListenerInvoker:
         group: str,
         max_workers: int,
         thread_name_prefix: str = "ConsumeMessageThread",
+        name: str | None = None,
     ) -> None:
         self.listener = listener
         self.group = group
@@ -180,7 +183,9 @@ class ListenerInvoker:
             )
         self._hooks_checked_at = 0.0
         self._has_hooks = False
-        self.failures = FailureLog(group, _listener_name(listener))
+        # Failures name the listener as its author knows it: ``name`` when the caller
+        # has one (the function a config names), not a wrapper's qualname.
+        self.failures = FailureLog(group, name or listener_name(listener))
 
     def report_failure(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
         """Log an exception the listener raised (see :class:`FailureLog`)."""

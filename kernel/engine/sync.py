@@ -95,8 +95,10 @@ class PushConsumer:
     def unsubscribe(self, topic: str) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.unsubscribe, topic)
 
-    def register_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
-        return self._inner.register_listener(listener)
+    def register_listener(
+        self, listener: Callable[..., Any], *, name: str | None = None
+    ) -> Callable[..., Any]:
+        return self._inner.register_listener(listener, name=name)
 
     def register_rebalance_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
         return self._inner.register_rebalance_listener(listener)
