@@ -423,6 +423,24 @@ class ClientInstance:
             raise ClientError(f"The broker[{broker_name}] not exist")
         return found.broker_addr
 
+    async def find_broker_addr_for_offsets(self, broker_name: str, topic: str) -> str:
+        """Where RemoteBrokerOffsetStore sends a commit or a query: Java's sequence.
+
+        The master only, from the table as it is; when the table has no master of
+        the group, the topic's route is refreshed first and then any broker of the
+        group will do (the slave while the master is down). Refreshing whenever the
+        master is missing is what brings commits back to a returning master at the
+        next commit instead of at the next periodic route refresh (up to 30 s later),
+        during which a crash would re-deliver everything committed only to the slave.
+        """
+        found = self.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)
+        if found is None:
+            await self.update_topic_route(topic)
+            found = self.find_broker_address_in_subscribe(broker_name, MASTER_ID, False)
+        if found is None:
+            raise ClientError(f"The broker[{broker_name}] not exist")
+        return found.broker_addr
+
     async def find_consumer_id_list(self, topic: str, group: str) -> list[str] | None:
         route = self.route_table.get(topic)
         if route is None:
