@@ -588,8 +588,8 @@ def _jstack() -> str:
     """UtilAll.jstack's layout for this process's threads (jstackEnable of a running-info request).
 
     Java lists every thread's stack, innermost frame first, each line led by the
-    thread's name padded to 40; Python threads have no Java state, so the state
-    says whether the thread is alive.
+    thread's name padded to 40. Python threads have no Java state: every thread
+    listed is alive (``threading.enumerate`` lists no other), and says so.
     """
     frames = sys._current_frames()
     out: list[str] = []
@@ -598,8 +598,8 @@ def _jstack() -> str:
         if frame is None:
             continue
         name = thread.name
-        state = "ALIVE" if thread.is_alive() else "DEAD"
-        out.append(f"{name:<40}TID: {thread.ident} STATE: {state}\n")
+        tid = thread.native_id if thread.native_id is not None else thread.ident
+        out.append(f"{name:<40}TID: {tid} STATE: ALIVE\n")
         for summary in reversed(traceback.extract_stack(frame)):
             where = f"{summary.name}({os.path.basename(summary.filename)}:{summary.lineno})"
             out.append(f"{name:<40}{where}\n")
