@@ -33,7 +33,12 @@ from rmqk.plugins.remoting.bodies import ObjectKey
 from rmqk.plugins.remoting.javajson import java_double, java_string
 from rmqk.plugins.status.collect import parse_running_info
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import ConsumerRunningInfo, ConsumeStatus, ProcessQueueInfo
+from rmqk.transport import (
+    ConsumeMessageDirectlyResult,
+    ConsumerRunningInfo,
+    ConsumeStatus,
+    ProcessQueueInfo,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,6 +119,15 @@ CONSUMER_STATUS = (
 # ResetOffsetBody: offsetTable {Orders/broker-a/1: 7}.
 RESET_OFFSET = b'{"offsetTable":{{"brokerName":"broker-a","queueId":1,"topic":"Orders"}:7}}'
 
+
+# ConsumeMessageDirectlyResult: order false, autoCommit true, CR_THROW_EXCEPTION, spentTimeMills
+# 7, remark "java.lang.RuntimeException: boom\n\tat a.B(C.java:1)" + U+0000 U+001F U+0085 U+2029.
+DIRECT = (
+    b'{"autoCommit":true,"consumeResult":"CR_THROW_EXCEPTION","order":false,'
+    b'"remark":"java.lang.RuntimeException: boom\\n\\tat a.B(C.java:1)'
+    b'\\u0000\\u001F\\u0085\\u2029",'
+    b'"spentTimeMills":7}'
+)
 
 # What Java's Double.toString-style writer (fastjson's Ryu port) gives for each double,
 # read off fastjson's output for ConsumeStatus.pullRT (NaN and the infinities: null).
@@ -232,6 +246,18 @@ def test_offset_map_bodies_are_the_bytes_fastjson_writes() -> None:
     assert bodies.encode_reset_offset({MQ1: 7}) == RESET_OFFSET
     assert bodies.decode_consumer_status(CONSUMER_STATUS) == {MQ1: 60}
     assert bodies.decode_reset_offset(RESET_OFFSET) == {MQ1: 7}
+
+
+def test_consume_directly_result_is_the_bytes_fastjson_writes() -> None:
+    result = ConsumeMessageDirectlyResult(
+        order=False,
+        auto_commit=True,
+        consume_result="CR_THROW_EXCEPTION",
+        remark="java.lang.RuntimeException: boom\n\tat a.B(C.java:1)\x00\x1f\x85\u2029",
+        spent_time_mills=7,
+    )
+    assert bodies.encode_consume_message_directly_result(result) == DIRECT
+    assert bodies.decode_consume_message_directly_result(DIRECT) == result
 
 
 @pytest.mark.parametrize(("value", "text"), JAVA_DOUBLES)

@@ -681,16 +681,21 @@ def decode_consumer_running_info(body: bytes) -> ConsumerRunningInfo:
 
 
 def encode_consume_message_directly_result(result: ConsumeMessageDirectlyResult) -> bytes:
-    """CONSUME_MESSAGE_DIRECTLY response body (ConsumeMessageDirectlyResult)."""
-    obj: dict[str, Any] = {
-        "autoCommit": result.auto_commit,
-        "consumeResult": result.consume_result,
-        "order": result.order,
-        "spentTimeMills": result.spent_time_mills,
-    }
-    if result.remark is not None:
-        obj["remark"] = result.remark
-    return _encode(dumps(obj))
+    """CONSUME_MESSAGE_DIRECTLY response body (ConsumeMessageDirectlyResult), as fastjson.
+
+    The remark is often a stack trace: its control characters are escaped as fastjson
+    escapes them.
+    """
+    text = bean(
+        {
+            "autoCommit": _bool_text(result.auto_commit),
+            "consumeResult": java_string(result.consume_result),
+            "order": _bool_text(result.order),
+            "remark": None if result.remark is None else java_string(result.remark),
+            "spentTimeMills": str(int(result.spent_time_mills)),
+        }
+    )
+    return text.encode("utf-8", "replace")
 
 
 def decode_consume_message_directly_result(body: bytes) -> ConsumeMessageDirectlyResult:
