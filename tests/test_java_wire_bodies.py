@@ -322,6 +322,11 @@ async def test_running_info_relayed_by_the_broker_is_what_java_reads(
     assert props["PROP_NAMESERVER_ADDR"] == f"{broker.namesrv_addr};"
     assert props["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
     assert props["PROP_CLIENT_VERSION"] == "V4_9_8"
+    # The consumer's settings under DefaultMQPushConsumer's field names, values as toString().
+    assert props["messageModel"] == "CLUSTERING"
+    assert props["consumeFromWhere"] == "CONSUME_FROM_FIRST_OFFSET"
+    assert props["consumeThreadMin"] == "20" and props["pullBatchSize"] == "32"
+    assert not [key for key in props if "_" in key and not key.startswith("PROP_")]
     # Java's push consumer reports a ConsumeStatus for every subscribed topic.
     assert set(info.status_table) == {"Wire", "%RETRY%g-wire"}
     assert info.status_table["Wire"].pull_tps >= 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import os
 import time
@@ -37,6 +38,7 @@ from rmqk.model import (
 )
 from rmqk.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
 from rmqk.options import ConsumerOptions, Where, check_group
+from rmqk.optionspec import option_specs
 from rmqk.pluginmanager import call_event_hook, registries
 from rmqk.transport import (
     ConsumeMessageDirectlyResult,
@@ -58,6 +60,15 @@ def options_where(group: str, kind: str) -> Where:
     if problem:
         raise ConfigError([where.problem("group", problem)])
     return where
+
+
+def _java_text(value: Any) -> str:
+    """Java's ``toString()`` of an option value, as a Properties value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return value.name
+    return str(value)
 
 
 class ConsumerMember:
@@ -243,7 +254,14 @@ class ConsumerMember:
 
     def running_info(self) -> ConsumerRunningInfo:
         """consumerRunningInfo: what GET_CONSUMER_RUNNING_INFO reports of this member."""
-        props = {name: str(getattr(self.options, name)) for name in self.reported_options}
+        # MixAll.object2Properties: the consumer's fields under their Java names, each
+        # value's toString() (an enum's name, a boolean's "true").
+        specs = option_specs(type(self.options))
+        props = {}
+        for name in self.reported_options:
+            spec = specs.get(name)
+            key = spec.java_name if spec is not None and spec.java_name else name
+            props[key] = _java_text(getattr(self.options, name))
         props.update(self._running_properties())
         mq_table = {
             mq: pq.info(self.offset_store.clone_offset_table(mq.topic).get(mq, -1))
