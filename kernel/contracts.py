@@ -60,8 +60,13 @@ class BrokerClient(Protocol):
     @property
     def transport(self) -> Transport: ...
 
-    async def find_broker_addr_for_admin(self, broker_name: str, topic: str) -> str:
-        """The address of the broker (master preferred); refreshes the route once if unknown."""
+    async def find_broker_addr_for_offsets(self, broker_name: str, topic: str) -> str:
+        """The master's address; else, after refreshing the topic's route, any of the group's.
+
+        Java's RemoteBrokerOffsetStore lookup: the route is refreshed whenever the
+        master is not in the table, so commits reach a returning master at once.
+        Raises ClientError when the group stays unknown.
+        """
         ...
 
 

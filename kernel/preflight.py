@@ -40,7 +40,7 @@ class _Unconnected:
     def transport(self) -> Transport:
         raise ClientError("rmqk check builds the offset store without connecting")
 
-    async def find_broker_addr_for_admin(self, broker_name: str, topic: str) -> str:
+    async def find_broker_addr_for_offsets(self, broker_name: str, topic: str) -> str:
         raise ClientError("rmqk check builds the offset store without connecting")
 
 

@@ -39,9 +39,12 @@ __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_BODY_SIZE",
     "CheckTransactionStateRequest",
     "ConsumeMessageDirectlyResult",
+    "ConsumeStatus",
     "ConsumerData",
+    "ConsumerRunningInfo",
     "HeartbeatData",
     "InboundHandler",
+    "ProcessQueueInfo",
     "ProducerData",
     "PullMessageRequest",
     "SendMessageRequest",
@@ -171,6 +174,57 @@ class ConsumeMessageDirectlyResult:
 
 
 @attrs.frozen
+class ProcessQueueInfo:
+    """Java's ProcessQueueInfo: one held queue in a running-info report.
+
+    Each field is one of the Java class's (``droped`` is Java's spelling); the
+    transport writes them under Java's names.
+    """
+
+    commit_offset: int
+    cached_msg_min_offset: int
+    cached_msg_max_offset: int
+    cached_msg_count: int
+    cached_msg_size_in_mib: int
+    transaction_msg_min_offset: int
+    transaction_msg_max_offset: int
+    transaction_msg_count: int
+    locked: bool
+    try_unlock_times: int
+    last_lock_timestamp: int
+    droped: bool
+    last_pull_timestamp: int
+    last_consume_timestamp: int
+
+
+@attrs.frozen
+class ConsumeStatus:
+    """Java's ConsumeStatus: one topic's consume statistics in a running-info report."""
+
+    pull_rt: float = 0.0
+    pull_tps: float = 0.0
+    consume_rt: float = 0.0
+    consume_ok_tps: float = 0.0
+    consume_failed_tps: float = 0.0
+    consume_failed_msgs: int = 0
+
+
+@attrs.frozen
+class ConsumerRunningInfo:
+    """Java's ConsumerRunningInfo, the answer to GET_CONSUMER_RUNNING_INFO.
+
+    A value, not bytes: the transport writes it the way Java's tools read it
+    (fastjson's object keys for ``mqTable``), so every transport writes the same.
+    """
+
+    properties: Mapping[str, str]
+    subscriptions: tuple[SubscriptionData, ...] = attrs.field(converter=_sub_tuple, default=())
+    mq_table: Mapping[MessageQueue, ProcessQueueInfo] = attrs.field(factory=dict)
+    status_table: Mapping[str, ConsumeStatus] = attrs.field(factory=dict)
+    jstack: str | None = None
+
+
+@attrs.frozen
 class CheckTransactionStateRequest:
     """CheckTransactionStateRequestHeader: which half message a broker asks about."""
 
@@ -198,7 +252,7 @@ class InboundHandler(Protocol):
 
     async def get_consumer_status(self, topic: str, group: str) -> dict[MessageQueue, int]: ...
 
-    async def get_consumer_running_info(self, group: str, jstack: bool) -> bytes: ...
+    async def get_consumer_running_info(self, group: str, jstack: bool) -> ConsumerRunningInfo: ...
 
     async def consume_message_directly(
         self, group: str, msg: MessageExt, broker_name: str | None

@@ -11,6 +11,7 @@ from engine_support import admin_transport, committed_offsets, create_topic, pro
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.message import MessageExt
+from rmqk.plugins.remoting.bodies import decode_consumer_running_info
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
@@ -92,12 +93,12 @@ async def test_running_info_and_consume_directly_are_relayed_to_the_client(broke
         )
         response = await admin.invoke(broker.broker_addr, info_req, 5000)
         assert response.code == ResponseCode.SUCCESS, response.remark
-        info = json.loads(response.body)
-        assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
-        assert broker.namesrv_addr in info["properties"]["PROP_NAMESRV_ADDR"]
-        assert {s["topic"] for s in info["subscriptionSet"]} == {"Info", "%RETRY%g-info"}
-        assert len([k for k in info["mqTable"] if k.startswith("Info@")]) == 2
-        assert info["statusTable"]["Info"]["consumeFailedMsgs"] == 0
+        info = decode_consumer_running_info(response.body)
+        assert info.properties["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+        assert broker.namesrv_addr in info.properties["PROP_NAMESERVER_ADDR"]
+        assert {s.topic for s in info.subscriptions} == {"Info", "%RETRY%g-info"}
+        assert len([mq for mq in info.mq_table if mq.topic == "Info"]) == 2
+        assert info.status_table["Info"].consume_failed_msgs == 0
 
         direct_req = RemotingCommand.request(
             RequestCode.CONSUME_MESSAGE_DIRECTLY,

@@ -559,7 +559,7 @@ class FakeClient:
         self.transport: Any = FakeTransport()
         self.lookups: list[tuple[str, str]] = []
 
-    async def find_broker_addr_for_admin(self, broker_name: str, topic: str) -> str:
+    async def find_broker_addr_for_offsets(self, broker_name: str, topic: str) -> str:
         self.lookups.append((broker_name, topic))
         try:
             return self.brokers[broker_name]

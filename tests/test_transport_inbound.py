@@ -19,12 +19,28 @@ from rmqk.plugins.remoting import bodies
 from rmqk.plugins.remoting.client import TcpTransport
 from rmqk.plugins.remoting.message_codec import encode_stored_message
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import ConsumeMessageDirectlyResult
+from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerRunningInfo, ProcessQueueInfo
 
 pytestmark = pytest.mark.timeout(30)
 
 MQ0 = MessageQueue("Orders", "broker-a", 0)
 MQ1 = MessageQueue("Orders", "broker-a", 1)
+RUNNING_PQ = ProcessQueueInfo(
+    commit_offset=5,
+    cached_msg_min_offset=5,
+    cached_msg_max_offset=7,
+    cached_msg_count=3,
+    cached_msg_size_in_mib=0,
+    transaction_msg_min_offset=0,
+    transaction_msg_max_offset=0,
+    transaction_msg_count=0,
+    locked=False,
+    try_unlock_times=0,
+    last_lock_timestamp=0,
+    droped=False,
+    last_pull_timestamp=1,
+    last_consume_timestamp=2,
+)
 
 
 class Engine:
@@ -55,11 +71,15 @@ class Engine:
             raise NotImplementedError
         return {MQ0: 10, MQ1: 20}
 
-    async def get_consumer_running_info(self, group: str, jstack: bool) -> bytes:
+    async def get_consumer_running_info(self, group: str, jstack: bool) -> ConsumerRunningInfo:
         self._record("running", group, jstack)
         if group != "g1":
             raise LookupError(group)
-        return b'{"properties":{"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY"}}'
+        return ConsumerRunningInfo(
+            properties={"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY"},
+            mq_table={MQ1: RUNNING_PQ},
+            jstack="stack" if jstack else None,
+        )
 
     async def consume_message_directly(
         self, group: str, msg: MessageExt, broker_name: str | None
@@ -159,7 +179,16 @@ async def test_get_consumer_running_info(linked: Linked) -> None:
         )
     )
     assert response.code == ResponseCode.SUCCESS
-    assert json.loads(response.body) == {"properties": {"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY"}}
+    # The transport writes the engine's value as fastjson does: the queue object as the key.
+    assert response.body.startswith(
+        b'{"jstack":"stack","mqTable":{{"brokerName":"broker-a","queueId":1,"topic":"Orders"}:'
+        b'{"cachedMsgCount":3,'
+    )
+    assert bodies.decode_consumer_running_info(response.body) == ConsumerRunningInfo(
+        properties={"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY"},
+        mq_table={MQ1: RUNNING_PQ},
+        jstack="stack",
+    )
     assert engine.calls == [("running", ("g1", True))]
     missing = await conn.push(
         RemotingCommand.request(

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import random
 import socket
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -35,6 +37,7 @@ from rmqk.transport import (
     CheckTransactionStateRequest,
     ConsumeMessageDirectlyResult,
     ConsumerData,
+    ConsumerRunningInfo,
     HeartbeatData,
     ProducerData,
     TlsConfig,
@@ -127,7 +130,7 @@ class MemberInner(Protocol):
 
     def consumer_status(self, topic: str) -> dict[MessageQueue, int]: ...
 
-    def running_info(self) -> dict[str, Any]: ...
+    def running_info(self) -> ConsumerRunningInfo: ...
 
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None
@@ -423,6 +426,24 @@ class ClientInstance:
             raise ClientError(f"The broker[{broker_name}] not exist")
         return found.broker_addr
 
+    async def find_broker_addr_for_offsets(self, broker_name: str, topic: str) -> str:
+        """Where RemoteBrokerOffsetStore sends a commit or a query: Java's sequence.
+
+        The master only, from the table as it is; when the table has no master of
+        the group, the topic's route is refreshed first and then any broker of the
+        group will do (the slave while the master is down). Refreshing whenever the
+        master is missing is what brings commits back to a returning master at the
+        next commit instead of at the next periodic route refresh (up to 30 s later),
+        during which a crash would re-deliver everything committed only to the slave.
+        """
+        found = self.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)
+        if found is None:
+            await self.update_topic_route(topic)
+            found = self.find_broker_address_in_subscribe(broker_name, MASTER_ID, False)
+        if found is None:
+            raise ClientError(f"The broker[{broker_name}] not exist")
+        return found.broker_addr
+
     async def find_consumer_id_list(self, topic: str, group: str) -> list[str] | None:
         route = self.route_table.get(topic)
         if route is None:
@@ -524,19 +545,19 @@ class ClientInstance:
         consumer = self.consumers.get(group)
         return consumer.consumer_status(topic) if consumer is not None else {}
 
-    async def get_consumer_running_info(self, group: str, jstack: bool) -> bytes:
+    async def get_consumer_running_info(self, group: str, jstack: bool) -> ConsumerRunningInfo:
+        """MQClientInstance.consumerRunningInfo: the member's report and the client's properties."""
         consumer = self.consumers.get(group)
         if consumer is None:
             raise LookupError("The Consumer Group not exist in this consumer")
         info = consumer.running_info()
-        props = info.setdefault("properties", {})
-        props["PROP_NAMESRV_ADDR"] = ";".join(self.config.namesrv_addrs) + ";"
+        props = dict(info.properties)
+        # Java's ConsumerRunningInfo.PROP_NAMESERVER_ADDR: each name server followed by ';'.
+        props["PROP_NAMESERVER_ADDR"] = "".join(f"{a};" for a in self.config.namesrv_addrs)
         props["PROP_CONSUME_TYPE"] = consumer.consumer_data().consume_type.value
         props["PROP_CLIENT_VERSION"] = "V4_9_8"
-        props["PROP_CONSUMER_START_TIMESTAMP"] = str(
-            props.get("PROP_CONSUMER_START_TIMESTAMP", int(time.time() * 1000))
-        )
-        return json.dumps(info).encode()
+        props.setdefault("PROP_CONSUMER_START_TIMESTAMP", str(int(time.time() * 1000)))
+        return attrs.evolve(info, properties=props, jstack=_jstack() if jstack else None)
 
     async def consume_message_directly(
         self, group: str, msg: MessageExt, broker_name: str | None
@@ -561,6 +582,29 @@ class ClientInstance:
             log.debug("checkTransactionState, pick producer by group[%s] failed", group)
             return
         answer(addr, msg, header)
+
+
+def _jstack() -> str:
+    """UtilAll.jstack's layout for this process's threads (jstackEnable of a running-info request).
+
+    Java lists every thread's stack, innermost frame first, each line led by the
+    thread's name padded to 40. Python threads have no Java state: every thread
+    listed is alive (``threading.enumerate`` lists no other), and says so.
+    """
+    frames = sys._current_frames()
+    out: list[str] = []
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident) if thread.ident is not None else None
+        if frame is None:
+            continue
+        name = thread.name
+        tid = thread.native_id if thread.native_id is not None else thread.ident
+        out.append(f"{name:<40}TID: {tid} STATE: ALIVE\n")
+        for summary in reversed(traceback.extract_stack(frame)):
+            where = f"{summary.name}({os.path.basename(summary.filename)}:{summary.lineno})"
+            out.append(f"{name:<40}{where}\n")
+        out.append("\n")
+    return "".join(out)
 
 
 def _same_route(a: TopicRouteData, b: TopicRouteData) -> bool:

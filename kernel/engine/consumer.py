@@ -37,7 +37,7 @@ from rmqk.model import (
 )
 from rmqk.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, validate_options
-from rmqk.transport import ConsumeMessageDirectlyResult
+from rmqk.transport import ConsumeMessageDirectlyResult, ConsumeStatus
 
 __all__ = ["AsyncPushConsumer"]
 
@@ -307,8 +307,9 @@ class AsyncPushConsumer(ConsumerMember):
     def _held_queues(self) -> Iterable[tuple[MessageQueue, ProcessQueue]]:
         return self.rebalance.process_queue_table.items()
 
-    def _status_table(self) -> dict[str, dict[str, float]]:
-        return self.stats.status_table()
+    def _status_table(self) -> dict[str, ConsumeStatus]:
+        # Java's push consumer reports every subscribed topic, zeros where nothing ran yet.
+        return {s.topic: self.stats.consume_status(s.topic) for s in self.subscriptions()}
 
     async def consume_message_directly(
         self, msg: MessageExt, broker_name: str | None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import os
 import time
@@ -37,8 +38,14 @@ from rmqk.model import (
 )
 from rmqk.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
 from rmqk.options import ConsumerOptions, Where, check_group
+from rmqk.optionspec import option_specs
 from rmqk.pluginmanager import call_event_hook, registries
-from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData
+from rmqk.transport import (
+    ConsumeMessageDirectlyResult,
+    ConsumerData,
+    ConsumerRunningInfo,
+    ConsumeStatus,
+)
 
 __all__ = ["ConsumerMember", "options_where"]
 
@@ -53,6 +60,15 @@ def options_where(group: str, kind: str) -> Where:
     if problem:
         raise ConfigError([where.problem("group", problem)])
     return where
+
+
+def _java_text(value: Any) -> str:
+    """Java's ``toString()`` of an option value, as a Properties value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return value.name
+    return str(value)
 
 
 class ConsumerMember:
@@ -232,37 +248,31 @@ class ConsumerMember:
     def _held_queues(self) -> Iterable[tuple[MessageQueue, ProcessQueue]]:
         raise NotImplementedError
 
-    def _status_table(self) -> dict[str, dict[str, float]] | None:
+    def _status_table(self) -> dict[str, ConsumeStatus]:
         """Consume statistics per topic, for consumers that keep them."""
-        return None
+        return {}
 
-    def running_info(self) -> dict[str, Any]:
-        props = {name: str(getattr(self.options, name)) for name in self.reported_options}
+    def running_info(self) -> ConsumerRunningInfo:
+        """consumerRunningInfo: what GET_CONSUMER_RUNNING_INFO reports of this member."""
+        # MixAll.object2Properties: the consumer's fields under their Java names, each
+        # value's toString() (an enum's name, a boolean's "true").
+        specs = option_specs(type(self.options))
+        props = {}
+        for name in self.reported_options:
+            spec = specs.get(name)
+            key = spec.java_name if spec is not None and spec.java_name else name
+            props[key] = _java_text(getattr(self.options, name))
         props.update(self._running_properties())
-        mq_table = {}
-        for mq, pq in self._held_queues():
-            info = pq.info()
-            info["commitOffset"] = self.offset_store.clone_offset_table(mq.topic).get(mq, -1)
-            mq_table[f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"] = info
-        info_all: dict[str, Any] = {
-            "properties": props,
-            "subscriptionSet": [
-                {
-                    "topic": s.topic,
-                    "subString": s.sub_string,
-                    "tagsSet": sorted(s.tags_set),
-                    "codeSet": sorted(s.code_set),
-                    "subVersion": s.sub_version,
-                    "expressionType": s.expression_type.value,
-                }
-                for s in self.subscriptions()
-            ],
-            "mqTable": mq_table,
+        mq_table = {
+            mq: pq.info(self.offset_store.clone_offset_table(mq.topic).get(mq, -1))
+            for mq, pq in self._held_queues()
         }
-        status = self._status_table()
-        if status is not None:
-            info_all["statusTable"] = status
-        return info_all
+        return ConsumerRunningInfo(
+            properties=props,
+            subscriptions=tuple(self.subscriptions()),
+            mq_table=mq_table,
+            status_table=self._status_table(),
+        )
 
     # -- the brokers' view of a queue ----------------------------------------------------------
 

@@ -22,6 +22,7 @@ from operator import attrgetter, is_not
 
 from rmqk.extensions import extensions_disabled
 from rmqk.message import MessageExt
+from rmqk.transport import ProcessQueueInfo
 
 __all__ = [
     "PULL_MAX_IDLE_MS",
@@ -353,22 +354,22 @@ class ProcessQueue:
         self.msg_size = 0
         self.queue_offset_max = 0
 
-    def info(self) -> dict[str, object]:
-        """ProcessQueueInfo as Apache's admin tools read it (GET_CONSUMER_RUNNING_INFO)."""
+    def info(self, commit_offset: int) -> ProcessQueueInfo:
+        """fillProcessQueueInfo: this queue in a GET_CONSUMER_RUNNING_INFO answer."""
         temp = sorted(self._consuming_map)
-        return {
-            "commitOffset": 0,
-            "cachedMsgMinOffset": self._first_key() or 0,
-            "cachedMsgMaxOffset": self._last_key() or 0,
-            "cachedMsgCount": len(self._msgs),
-            "cachedMsgSizeInMiB": self.msg_size // (1024 * 1024),
-            "transactionMsgMinOffset": temp[0] if temp else 0,
-            "transactionMsgMaxOffset": temp[-1] if temp else 0,
-            "transactionMsgCount": len(temp),
-            "locked": self.locked,
-            "tryUnlockTimes": self.try_unlock_times,
-            "lastLockTimestamp": self.last_lock_timestamp,
-            "droped": self.dropped,
-            "lastPullTimestamp": self.last_pull_timestamp,
-            "lastConsumeTimestamp": self.last_consume_timestamp,
-        }
+        return ProcessQueueInfo(
+            commit_offset=commit_offset,
+            cached_msg_min_offset=self._first_key() or 0,
+            cached_msg_max_offset=self._last_key() or 0,
+            cached_msg_count=len(self._msgs),
+            cached_msg_size_in_mib=self.msg_size // (1024 * 1024),
+            transaction_msg_min_offset=temp[0] if temp else 0,
+            transaction_msg_max_offset=temp[-1] if temp else 0,
+            transaction_msg_count=len(temp),
+            locked=self.locked,
+            try_unlock_times=self.try_unlock_times,
+            last_lock_timestamp=self.last_lock_timestamp,
+            droped=self.dropped,
+            last_pull_timestamp=self.last_pull_timestamp,
+            last_consume_timestamp=self.last_consume_timestamp,
+        )

@@ -12,6 +12,8 @@ from collections import defaultdict
 
 import attrs
 
+from rmqk.transport import ConsumeStatus
+
 __all__ = ["ConsumerStats", "TopicStats"]
 
 WINDOW_S = 60.0
@@ -98,16 +100,16 @@ class ConsumerStats:
     def skipped_records(self, topic: str, n: int) -> None:
         self.topics[topic].skipped_records_total += n
 
-    def status_table(self) -> dict[str, dict[str, float]]:
-        """ConsumeStatus per topic, in the JSON shape Apache's admin tools read."""
-        return {
-            topic: {
-                "pullRT": s.pull_rt.average(),
-                "pullTPS": s.pull_tps.rate(),
-                "consumeRT": s.consume_rt.average(),
-                "consumeOKTPS": s.consume_ok.rate(),
-                "consumeFailedTPS": s.consume_failed.rate(),
-                "consumeFailedMsgs": s.consumed_failed_total,
-            }
-            for topic, s in self.topics.items()
-        }
+    def consume_status(self, topic: str) -> ConsumeStatus:
+        """ConsumerStatsManager.consumeStatus: zeros for a topic with no statistics yet."""
+        s = self.topics.get(topic)
+        if s is None:
+            return ConsumeStatus()
+        return ConsumeStatus(
+            pull_rt=float(s.pull_rt.average()),
+            pull_tps=float(s.pull_tps.rate()),
+            consume_rt=float(s.consume_rt.average()),
+            consume_ok_tps=float(s.consume_ok.rate()),
+            consume_failed_tps=float(s.consume_failed.rate()),
+            consume_failed_msgs=s.consumed_failed_total,
+        )

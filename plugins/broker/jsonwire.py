@@ -16,11 +16,12 @@ both, so ``rmqk admin`` can talk to any 4.9 broker.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+
+from rmqk.plugins.remoting.javajson import java_double, java_string
 
 __all__ = ["JsonWireError", "ObjectKeyMap", "dumps", "loads"]
 
@@ -65,12 +66,9 @@ def _encode(value: Any, out: list[str], standard: bool) -> None:
     elif isinstance(value, int):
         out.append(str(int(value)))
     elif isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            out.append("null")
-        else:
-            out.append(repr(value))
+        out.append(java_double(value))  # Double.toString's layout; null for NaN, inf
     elif isinstance(value, str):
-        out.append(json.dumps(value, ensure_ascii=False))
+        out.append(java_string(value))  # fastjson's escapes, upper-case \uXXXX
     elif isinstance(value, ObjectKeyMap):
         out.append("{")
         for i, (key, item) in enumerate(value.items):
@@ -102,7 +100,7 @@ def _encode_mapping(value: Mapping[Any, Any], out: list[str], standard: bool) ->
         if i:
             out.append(",")
         if isinstance(key, str):
-            out.append(json.dumps(key, ensure_ascii=False))
+            out.append(java_string(key))
         elif isinstance(key, bool) or not isinstance(key, int):
             raise TypeError(f"cannot encode map key {key!r} in a JSON body")
         elif standard:

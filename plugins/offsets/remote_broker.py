@@ -42,9 +42,11 @@ class RemoteBrokerOffsetStore(TableBackedStore):
     """A :class:`rmqk.contracts.BrokerOffsetStore` backed by the brokers.
 
     ``client`` is a :class:`rmqk.contracts.BrokerClient`: its
-    ``find_broker_addr_for_admin`` raises ClientError when the broker stays
-    unknown after a route refresh, and its ``transport`` queries and updates
-    consumer offsets.
+    ``find_broker_addr_for_offsets`` finds the master, refreshing the topic's
+    route when the master is missing (Java's ``findBrokerAddressInSubscribe``
+    with ``MASTER_ID``, ``updateTopicRouteInfoFromNameServer``, then any broker of
+    the group), and raises ClientError when the group stays unknown; its
+    ``transport`` queries and updates consumer offsets.
     """
 
     log = log
@@ -110,7 +112,7 @@ class RemoteBrokerOffsetStore(TableBackedStore):
         self, mq: MessageQueue, offset: int, oneway: bool
     ) -> None:
         """Send one offset; raises what the lookup or the transport raises."""
-        addr = await self.client.find_broker_addr_for_admin(mq.broker_name, mq.topic)
+        addr = await self.client.find_broker_addr_for_offsets(mq.broker_name, mq.topic)
         await self.client.transport.update_consumer_offset(
             addr, self.group, mq, offset, oneway=oneway, timeout_ms=self.timeout_ms
         )
@@ -133,7 +135,7 @@ class RemoteBrokerOffsetStore(TableBackedStore):
         )
 
     async def _fetch_consume_offset_from_broker(self, mq: MessageQueue) -> int | None:
-        addr = await self.client.find_broker_addr_for_admin(mq.broker_name, mq.topic)
+        addr = await self.client.find_broker_addr_for_offsets(mq.broker_name, mq.topic)
         result: int | None = await self.client.transport.query_consumer_offset(
             addr, self.group, mq, self.timeout_ms
         )

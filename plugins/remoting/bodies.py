@@ -24,13 +24,29 @@ from rmqk.model import (
     MessageQueue,
     SubscriptionData,
 )
-from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData, HeartbeatData, ProducerData
+from rmqk.plugins.remoting.javajson import (
+    bean,
+    java_double,
+    java_string,
+    object_key_map,
+    utf16_key,
+)
+from rmqk.transport import (
+    ConsumeMessageDirectlyResult,
+    ConsumerData,
+    ConsumerRunningInfo,
+    ConsumeStatus,
+    HeartbeatData,
+    ProcessQueueInfo,
+    ProducerData,
+)
 
 __all__ = [
     "BodyFormatError",
     "ObjectKey",
     "decode_consume_message_directly_result",
     "decode_consumer_id_list",
+    "decode_consumer_running_info",
     "decode_consumer_status",
     "decode_heartbeat",
     "decode_lock_batch_request",
@@ -40,6 +56,7 @@ __all__ = [
     "encode_check_client",
     "encode_consume_message_directly_result",
     "encode_consumer_id_list",
+    "encode_consumer_running_info",
     "encode_consumer_status",
     "encode_heartbeat",
     "encode_lock_batch_request",
@@ -493,20 +510,192 @@ def decode_consumer_status(body: bytes) -> dict[MessageQueue, int]:
     return _offset_map(*_body_field(body, "GetConsumerStatusBody", "messageQueueTable"))
 
 
+# ----------------------------------------------------------------------------- running info
+
+
+def _mq_key(mq: MessageQueue) -> str:
+    return bean(
+        {
+            "brokerName": java_string(mq.broker_name),
+            "queueId": str(int(mq.queue_id)),
+            "topic": java_string(mq.topic),
+        }
+    )
+
+
+def _bool_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _process_queue_info(info: ProcessQueueInfo) -> str:
+    # Java's ProcessQueueInfo getters, one for each field.
+    return bean(
+        {
+            "cachedMsgCount": str(int(info.cached_msg_count)),
+            "cachedMsgMaxOffset": str(int(info.cached_msg_max_offset)),
+            "cachedMsgMinOffset": str(int(info.cached_msg_min_offset)),
+            "cachedMsgSizeInMiB": str(int(info.cached_msg_size_in_mib)),
+            "commitOffset": str(int(info.commit_offset)),
+            "droped": _bool_text(info.droped),
+            "lastConsumeTimestamp": str(int(info.last_consume_timestamp)),
+            "lastLockTimestamp": str(int(info.last_lock_timestamp)),
+            "lastPullTimestamp": str(int(info.last_pull_timestamp)),
+            "locked": _bool_text(info.locked),
+            "transactionMsgCount": str(int(info.transaction_msg_count)),
+            "transactionMsgMaxOffset": str(int(info.transaction_msg_max_offset)),
+            "transactionMsgMinOffset": str(int(info.transaction_msg_min_offset)),
+            "tryUnlockTimes": str(int(info.try_unlock_times)),
+        }
+    )
+
+
+def _consume_status(status: ConsumeStatus) -> str:
+    return bean(
+        {
+            "consumeFailedMsgs": str(int(status.consume_failed_msgs)),
+            "consumeFailedTPS": java_double(status.consume_failed_tps),
+            "consumeOKTPS": java_double(status.consume_ok_tps),
+            "consumeRT": java_double(status.consume_rt),
+            "pullRT": java_double(status.pull_rt),
+            "pullTPS": java_double(status.pull_tps),
+        }
+    )
+
+
+def _subscription_bean(sub: SubscriptionData) -> str:
+    # SubscriptionData's serialized getters (filterClassSource is serialize=false). Its
+    # sets are HashSets, whose order Java leaves to hashing: they are written sorted.
+    return bean(
+        {
+            "classFilterMode": _bool_text(sub.class_filter_mode),
+            "codeSet": "[" + ",".join(str(int(c)) for c in sorted(sub.code_set)) + "]",
+            "expressionType": java_string(sub.expression_type.value),
+            "subString": java_string(sub.sub_string),
+            "subVersion": str(int(sub.sub_version)),
+            "tagsSet": "[" + ",".join(java_string(t) for t in sorted(sub.tags_set)) + "]",
+            "topic": java_string(sub.topic),
+        }
+    )
+
+
+def encode_consumer_running_info(info: ConsumerRunningInfo) -> bytes:
+    """GET_CONSUMER_RUNNING_INFO response body (ConsumerRunningInfo), as fastjson writes it.
+
+    ``mqTable`` is a ``TreeMap<MessageQueue, ProcessQueueInfo>``: each key is the
+    queue object itself, in MessageQueue order; writing it as a string is what made
+    Apache's ``mqadmin consumerStatus`` fail with ``syntax error, expect {``.
+    ``statusTable`` (a TreeMap) and ``subscriptionSet`` (a TreeSet ordered by
+    ``topic@subString``) are in Java's order; ``properties`` is a Hashtable, whose
+    order Java leaves to hashing: it is written sorted.
+    """
+    props = {k: java_string(v) for k, v in info.properties.items()}
+    subs = sorted(info.subscriptions, key=lambda s: utf16_key(f"{s.topic}@{s.sub_string}"))
+    text = bean(
+        {
+            "jstack": None if info.jstack is None else java_string(info.jstack),
+            "mqTable": object_key_map(
+                (_mq_key(mq), _process_queue_info(pq)) for mq, pq in sorted(info.mq_table.items())
+            ),
+            "properties": bean(props),
+            "statusTable": bean(
+                {topic: _consume_status(status) for topic, status in info.status_table.items()}
+            ),
+            "subscriptionSet": "[" + ",".join(_subscription_bean(s) for s in subs) + "]",
+        }
+    )
+    return text.encode("utf-8", "replace")
+
+
+def _running_info_queue(key: Any) -> MessageQueue:
+    if isinstance(key, str):
+        # rmqk before issue 27 wrote the key as "topic@broker@queueId".
+        topic, broker, qid = key.rsplit("@", 2)
+        return MessageQueue(topic, broker, int(qid))
+    return message_queue_from_json(key)
+
+
+def _double(obj: Mapping[Any, Any], name: str, what: str) -> float:
+    value = obj.get(name)
+    if value is None:
+        return 0.0  # fastjson writes NaN and the infinities as null; Java reads 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BodyFormatError(f"{what}: field {name!r} must be a number, got {value!r:.60}")
+    return float(value)
+
+
+def decode_consumer_running_info(body: bytes) -> ConsumerRunningInfo:
+    """Read a ConsumerRunningInfo body: Java's, rmqk's, or rmqk's older string-keyed one."""
+    what = "ConsumerRunningInfo"
+    obj = _object(loads(body), what)
+    props = _object(obj.get("properties") or {}, f"{what}.properties")
+    queues: dict[MessageQueue, ProcessQueueInfo] = {}
+    for key, raw in _object(obj.get("mqTable") or {}, f"{what}.mqTable").items():
+        try:
+            mq = _running_info_queue(key)
+        except ValueError as exc:
+            raise BodyFormatError(f"{what}.mqTable: bad key {key!r:.60} ({exc})") from None
+        pq = _object(raw, "ProcessQueueInfo")
+        n = "ProcessQueueInfo"
+        queues[mq] = ProcessQueueInfo(
+            commit_offset=_int(pq, "commitOffset", n, 0),
+            cached_msg_min_offset=_int(pq, "cachedMsgMinOffset", n, 0),
+            cached_msg_max_offset=_int(pq, "cachedMsgMaxOffset", n, 0),
+            cached_msg_count=_int(pq, "cachedMsgCount", n, 0),
+            cached_msg_size_in_mib=_int(pq, "cachedMsgSizeInMiB", n, 0),
+            transaction_msg_min_offset=_int(pq, "transactionMsgMinOffset", n, 0),
+            transaction_msg_max_offset=_int(pq, "transactionMsgMaxOffset", n, 0),
+            transaction_msg_count=_int(pq, "transactionMsgCount", n, 0),
+            locked=_bool(pq, "locked", n, False),
+            try_unlock_times=_int(pq, "tryUnlockTimes", n, 0),
+            last_lock_timestamp=_int(pq, "lastLockTimestamp", n, 0),
+            droped=_bool(pq, "droped", n, False),
+            last_pull_timestamp=_int(pq, "lastPullTimestamp", n, 0),
+            last_consume_timestamp=_int(pq, "lastConsumeTimestamp", n, 0),
+        )
+    status: dict[str, ConsumeStatus] = {}
+    for topic, raw in _object(obj.get("statusTable") or {}, f"{what}.statusTable").items():
+        cs = _object(raw, "ConsumeStatus")
+        n = "ConsumeStatus"
+        status[str(topic)] = ConsumeStatus(
+            pull_rt=_double(cs, "pullRT", n),
+            pull_tps=_double(cs, "pullTPS", n),
+            consume_rt=_double(cs, "consumeRT", n),
+            consume_ok_tps=_double(cs, "consumeOKTPS", n),
+            consume_failed_tps=_double(cs, "consumeFailedTPS", n),
+            consume_failed_msgs=_int(cs, "consumeFailedMsgs", n, 0),
+        )
+    jstack = obj.get("jstack")
+    return ConsumerRunningInfo(
+        properties={str(k): str(v) for k, v in props.items()},
+        subscriptions=tuple(
+            _subscription_from_json(s)
+            for s in _list(obj.get("subscriptionSet"), f"{what}.subscriptionSet")
+        ),
+        mq_table=queues,
+        status_table=status,
+        jstack=jstack if isinstance(jstack, str) else None,
+    )
+
+
 # ----------------------------------------------------------------------------- consume directly
 
 
 def encode_consume_message_directly_result(result: ConsumeMessageDirectlyResult) -> bytes:
-    """CONSUME_MESSAGE_DIRECTLY response body (ConsumeMessageDirectlyResult)."""
-    obj: dict[str, Any] = {
-        "autoCommit": result.auto_commit,
-        "consumeResult": result.consume_result,
-        "order": result.order,
-        "spentTimeMills": result.spent_time_mills,
-    }
-    if result.remark is not None:
-        obj["remark"] = result.remark
-    return _encode(dumps(obj))
+    """CONSUME_MESSAGE_DIRECTLY response body (ConsumeMessageDirectlyResult), as fastjson.
+
+    The remark is often a stack trace: its control characters are escaped as fastjson
+    escapes them.
+    """
+    text = bean(
+        {
+            "autoCommit": _bool_text(result.auto_commit),
+            "consumeResult": java_string(result.consume_result),
+            "order": _bool_text(result.order),
+            "remark": None if result.remark is None else java_string(result.remark),
+            "spentTimeMills": str(int(result.spent_time_mills)),
+        }
+    )
+    return text.encode("utf-8", "replace")
 
 
 def decode_consume_message_directly_result(body: bytes) -> ConsumeMessageDirectlyResult:

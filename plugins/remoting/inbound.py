@@ -25,7 +25,7 @@ from rmqk.plugins.remoting.connection import Connection
 from rmqk.plugins.remoting.frame import SerializeType
 from rmqk.plugins.remoting.message_codec import decode_messages
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import CheckTransactionStateRequest, InboundHandler
+from rmqk.transport import CheckTransactionStateRequest, ConsumerRunningInfo, InboundHandler
 
 __all__ = ["RequestHooks", "exception_simple_desc", "serve"]
 
@@ -133,12 +133,12 @@ async def _get_consumer_running_info(
     group = cmd.field("consumerGroup") or ""
     jstack = (cmd.field("jstackEnable") or "false").lower() == "true"
     try:
-        info: bytes | None = await handler.get_consumer_running_info(group, jstack)
+        info: ConsumerRunningInfo | None = await handler.get_consumer_running_info(group, jstack)
     except LookupError:
         info = None
     if info is None:
         return _group_missing(cmd, group)
-    return RemotingCommand.response_to(cmd, body=bytes(info))
+    return RemotingCommand.response_to(cmd, body=bodies.encode_consumer_running_info(info))
 
 
 async def _consume_message_directly(
