@@ -7,8 +7,9 @@ One flipped byte in an entry's offset makes it point into another record; served
 as it is, the consumer gets bytes it cannot decode, skips them, and the message is
 gone (issue 25). The store checks entries against their records when it opens
 (everything, tags codes included, see ``recovery.check_queue_entries``) and when it
-serves them (every entry it is about to return: reads.py), and rebuilds what does
-not match from the commit log.
+serves them (reads.py: the head of every record an unfiltered pull returns, this
+whole check for each entry a filtered pull accepts), and rebuilds what does not
+match from the commit log.
 
 Verdicts:
 
