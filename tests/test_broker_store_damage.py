@@ -4,16 +4,23 @@ and reported, and the records after it stay."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
+from engine_support import create_topic, produce, push_consumer, wait_for
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from store_support import SEGMENT, make_store, put_record, segment_path
 
+from rmqk.message import MessageExt
+from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.store import GetMessageStatus, MessageStore, PutResult
+from rmqk.plugins.remoting.message_codec import BatchEntry
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -141,6 +148,249 @@ def test_an_unwritten_looking_entry_in_the_used_part_is_repaired_from_the_log(
             assert record_at(store, "K", 0, r.queue_offset) == store.commit_log.read(
                 r.commit_log_offset, r.size
             )
+
+
+def entry_bytes(root: Path, topic: str, queue_id: int, index: int, per_file: int = 100) -> bytes:
+    path = cq_file(root, topic, queue_id, index - index % per_file)
+    with path.open("rb") as f:
+        f.seek((index % per_file) * 20)
+        return f.read(20)
+
+
+def test_a_flipped_byte_in_an_entrys_log_offset_is_rebuilt_at_recovery(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25 #2: one byte of the commit log offset of entry 1000 of 2,000, below the
+    checkpoint: the entry pointed into another record and message 1000 was lost."""
+    root = tmp_path / "s"
+    with make_store(root, cq_entries_per_file=300_000) as store:
+        results = [put(store, "K", 0, i) for i in range(2000)]
+    good = entry_bytes(root, "K", 0, 1000, 300_000)
+    flip(cq_file(root, "K", 0, 0), 1000 * 20 + 6, 0x01)  # the offset moves by 256 bytes
+    caplog.set_level(logging.WARNING, logger="rmqk.broker.store")
+    with make_store(root, cq_entries_per_file=300_000) as store:
+        for r in results:
+            assert record_at(store, "K", 0, r.queue_offset) == store.commit_log.read(
+                r.commit_log_offset, r.size
+            ), r
+        report = store.last_recovery
+        assert report is not None and not report.full_rebuild, report
+        assert (report.entries_rebuilt, report.entries_unrepaired) == (1, 0)
+        assert store.stats().cq_entries_rebuilt == 1
+    assert entry_bytes(root, "K", 0, 1000, 300_000) == good
+    (warning,) = [r for r in caplog.records if "did not describe" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert "consume queue K:0 entries 1000-1000" in warning.getMessage()
+    assert str(cq_file(root, "K", 0, 0)) in warning.getMessage()
+    with make_store(root, cq_entries_per_file=300_000) as store:
+        report = store.last_recovery
+        assert report is not None and report.entries_rebuilt == 0  # repaired on disk
+
+
+@_FAST
+@given(
+    entry=st.integers(min_value=0, max_value=129),
+    at=st.integers(min_value=0, max_value=19),
+    value=st.integers(min_value=1, max_value=255),
+    checkpoint=st.booleans(),
+)
+@example(entry=100, at=6, value=1, checkpoint=True)  # the first entry of the second file
+@example(entry=129, at=7, value=3, checkpoint=True)  # the last entry: rebuilt, not trimmed
+@example(entry=0, at=19, value=9, checkpoint=True)  # a tags code
+def test_any_byte_of_a_used_entry_is_rebuilt_from_the_log(
+    two_file_queue: tuple[Path, list[PutResult]],
+    tmp_path: Path,
+    entry: int,
+    at: int,
+    value: int,
+    checkpoint: bool,
+) -> None:
+    """Offset, size or tags code: after the next open every entry is (offset, size, tags
+    code) of its own record, and every message is served."""
+    base, results = two_file_queue
+    root = fresh_copy(base, tmp_path)
+    good = entry_bytes(root, "K", 0, entry)
+    flip(cq_file(root, "K", 0, entry - entry % 100), (entry % 100) * 20 + at, value)
+    if not checkpoint:
+        (root / "checkpoint.json").unlink()
+    with make_store(root) as store:
+        assert (store.min_offset("K", 0), store.max_offset("K", 0)) == (0, 130)
+        for r in results:
+            assert record_at(store, "K", 0, r.queue_offset) == store.commit_log.read(
+                r.commit_log_offset, r.size
+            )
+        cq = store.consume_queue("K", 0)
+        assert cq is not None
+        assert [cq.entry(r.queue_offset) for r in results] == [
+            (r.commit_log_offset, r.size, 0) for r in results
+        ]
+        assert not cq.unrepaired
+    assert entry_bytes(root, "K", 0, entry) == good
+
+
+def test_sound_entries_of_every_kind_are_left_alone(tmp_path: Path) -> None:
+    """Tags, delay levels (the entry's tags code is the delivery time), batches, IPv6
+    hosts, retention: the check at open rewrites nothing that is right, and serving
+    rebuilds nothing."""
+    root = tmp_path / "s"
+    now = [50_000]
+    with make_store(root, delay_levels="1s 2s", clock=lambda: now[0]) as store:
+        for i in range(300):
+            now[0] += 1
+            put_record(store, "T", i % 3, i, b"t-%d" % i, f"TAGS\x01tag{i % 7}\x02KEYS\x01{i}")
+            put_record(store, "Later", 0, i, b"d-%d" % i, f"DELAY\x01{1 + i % 2}")
+            assert store.put_message(
+                topic="V6",
+                queue_id=0,
+                body=b"v6-%d" % i,
+                flag=0,
+                properties_raw="TAGS\x01six",
+                sys_flag=0x30,
+                born_timestamp=i,
+                born_host="[::1]:5",
+            ).ok
+        batch = [BatchEntry(0, b"b-%d" % i, f"TAGS\x01b{i}") for i in range(20)]
+        assert all(
+            r.ok
+            for r in store.put_messages_batch(
+                topic="B",
+                queue_id=0,
+                messages=batch,
+                sys_flag=0,
+                born_timestamp=1,
+                born_host="10.0.0.1:1",
+            )
+        )
+        assert store.delete_commit_log_before(2 * SEGMENT) == 2
+    with make_store(root, delay_levels="1s 2s", clock=lambda: now[0]) as store:
+        report = store.last_recovery
+        assert report is not None
+        assert (report.entries_rebuilt, report.entries_unrepaired) == (0, 0), report
+        for topic, qid in store.queues():
+            offset = store.min_offset(topic, qid)
+            while offset < store.max_offset(topic, qid):
+                got = store.get_messages(topic, qid, offset, 32, tag_filter=lambda c: True)
+                assert got.status is GetMessageStatus.FOUND, (topic, qid, offset)
+                offset = got.next_begin_offset
+        assert store.stats().cq_entries_rebuilt == 0
+
+
+def test_an_entry_damaged_under_a_running_store_is_rebuilt_when_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The consume queue file changes under the open store (it reads the entries
+    through a shared mapping): the pull that meets the entry rebuilds it first."""
+    root = tmp_path / "s"
+    caplog.set_level(logging.WARNING, logger="rmqk.broker.store")
+    with make_store(root) as store:
+        results = [put(store, "K", 0, i) for i in range(130)]
+        stored = [store.commit_log.read(r.commit_log_offset, r.size) for r in results]
+        flip(cq_file(root, "K", 0, 0), 50 * 20 + 6, 0x01)  # entry 50's log offset
+        flip(cq_file(root, "K", 0, 100), 20 * 20 + 3, 0x10)  # entry 120's, past the log
+        got = store.get_messages("K", 0, 0, 130, max_total_bytes=1 << 30)
+        assert got.status is GetMessageStatus.FOUND and got.next_begin_offset == 100
+        assert list(got.records) == stored[:100]
+        got = store.get_messages("K", 0, 100, 30, max_total_bytes=1 << 30)
+        assert list(got.records) == stored[100:]
+        assert store.stats().cq_entries_rebuilt == 2
+        assert store.stats().cq_entries_unrepaired == 0
+    rebuilt = [r.getMessage() for r in caplog.records if "did not describe" in r.getMessage()]
+    assert len(rebuilt) == 2 and "entries 50-50" in rebuilt[0] and "entries 120-120" in rebuilt[1]
+
+
+def test_an_entry_whose_record_is_gone_too_is_not_served_and_is_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both the entry and its record damaged: nothing to rebuild from. The bytes the
+    entry points at are another record's, so it is not served; the rest are."""
+    root = tmp_path / "s"
+    with make_store(root) as store:
+        results = [put(store, "K", 0, i) for i in range(30)]
+    lost = results[10]
+    flip(cq_file(root, "K", 0, 0), 10 * 20 + 6, 0x01)
+    with segment_path(root, lost.commit_log_offset).open("r+b") as f:
+        f.seek(lost.commit_log_offset % SEGMENT)
+        f.write(b"\xff" * 40)  # its head: the log holds no record for entry 10 any more
+    caplog.set_level(logging.WARNING, logger="rmqk.broker.store")
+    with make_store(root) as store:
+        got = store.get_messages("K", 0, 0, 30, max_total_bytes=1 << 30)
+        served = [r for r in results if r is not lost]
+        assert list(got.records) == [
+            store.commit_log.read(r.commit_log_offset, r.size) for r in served
+        ]
+        assert got.next_begin_offset == 30
+        report = store.last_recovery
+        assert report is not None and report.entries_unrepaired == 1, report
+        assert store.stats().cq_entries_unrepaired == 1
+    errors = [r for r in caplog.records if "left as they are" in r.getMessage()]
+    assert errors and "consume queue K:0 entries 10 (" in errors[0].getMessage()
+
+
+async def consume_in_order(broker: Any, topic: str, last: int) -> tuple[list[Any], int]:
+    """(queue id, queue offset, body) of each message a push consumer of ``topic``
+    gets, until queue offset ``last`` arrives, and its skipped-record count."""
+    got: list[tuple[int, int, bytes]] = []
+    # One consume worker: batches reach the listener in the queue's order.
+    consumer = push_consumer(broker, "g-cq", consume_thread_min=1, consume_thread_max=1)
+    consumer.subscribe(topic)
+
+    @consumer.register_listener
+    def handle(messages: list[MessageExt]) -> None:
+        got.extend((m.queue_id, m.queue_offset, m.body) for m in messages)
+
+    await consumer.start()
+    try:
+        await wait_for(lambda: any(o == last for _, o, _ in got[-64:]), 60, f"offset {last}")
+        await asyncio.sleep(0.5)  # anything more would show up here
+        skipped = consumer.stats.topics[topic].skipped_records_total
+    finally:
+        await consumer.shutdown()
+    return got, skipped
+
+
+def only_cq_file(data_dir: Path, topic: str) -> Path:
+    (path,) = (data_dir / "consumequeue" / topic / "0").iterdir()
+    return path
+
+
+BODIES = [b"message-%04d" % i for i in range(2000)]
+
+
+async def test_a_flipped_byte_in_an_entrys_log_offset_loses_no_message_over_tcp(
+    tmp_path: Path,
+) -> None:
+    """Issue 25 #2 as reported: 2,000 messages stored, the broker stopped, one byte of the
+    commit log offset of consume queue entry 1000 flipped, the broker started: message
+    1000 reached no consumer (it got bytes from the middle of another record)."""
+    data = tmp_path / "broker"
+    async with EmbeddedBroker(data, namesrv_port=0, broker_port=0) as broker:
+        await create_topic(broker, "CqFlip", 1)
+        assert await produce(broker.namesrv_addr, "CqFlip", BODIES) == 2000
+    flip(only_cq_file(data, "CqFlip"), 1000 * 20 + 6, 0x01)  # the offset moves by 256
+    async with EmbeddedBroker(data, namesrv_port=0, broker_port=0) as broker:
+        got, skipped = await consume_in_order(broker, "CqFlip", 1999)
+        stats = broker.store.stats()
+    assert [(q, o) for q, o, _ in got] == [(0, i) for i in range(2000)]
+    assert [body for _, _, body in got] == BODIES
+    assert skipped == 0
+    assert stats.cq_entries_rebuilt == 1 and stats.cq_entries_unrepaired == 0
+
+
+async def test_an_entry_damaged_under_a_running_broker_loses_no_message_over_tcp(
+    tmp_path: Path,
+) -> None:
+    """The same byte flipped in the file while the broker runs (it reads entries through
+    a shared mapping, so it sees the change): the pull meeting it rebuilds it first."""
+    async with EmbeddedBroker(tmp_path / "broker", namesrv_port=0, broker_port=0) as broker:
+        await create_topic(broker, "CqLive", 1)
+        assert await produce(broker.namesrv_addr, "CqLive", BODIES) == 2000
+        flip(only_cq_file(tmp_path / "broker", "CqLive"), 1000 * 20 + 6, 0x01)
+        got, skipped = await consume_in_order(broker, "CqLive", 1999)
+        stats = broker.store.stats()
+    assert [(q, o) for q, o, _ in got] == [(0, i) for i in range(2000)]
+    assert [body for _, _, body in got] == BODIES
+    assert skipped == 0
+    assert stats.cq_entries_rebuilt == 1 and stats.cq_entries_unrepaired == 0
 
 
 # ----------------------------------------------------------------- commit log (#3)

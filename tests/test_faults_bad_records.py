@@ -9,8 +9,12 @@ whose TOTALSIZE was overwritten in the commit log file under the running broker.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import os
 import struct
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -22,6 +26,7 @@ from engine_support import admin_transport, create_topic, push_consumer, wait_fo
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
+from rmqk.plugins.remoting import message_codec
 from rmqk.plugins.remoting.message_codec import ZLIB_COMPRESSED_SYS_FLAG, prefix_size
 from rmqk.transport import SendMessageRequest
 
@@ -163,3 +168,118 @@ async def test_a_smaller_cap_makes_a_large_body_a_bad_record(
     assert got == [b"after"]
     errors = [r.getMessage() for r in caplog.records if SKIP_LOG in r.getMessage()]
     assert len(errors) == 1 and "(100000 bytes)" in errors[0], errors
+
+
+# The consumer of the bomb test, in a process of its own so that its peak resident
+# memory is its own (the broker and the producer stay in the test's process).
+_BOMB_CONSUMER = r"""
+import asyncio, hashlib, json, logging, sys
+from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.plugins.remoting import message_codec
+
+namesrv, topic = sys.argv[1], sys.argv[2]
+errors = []
+
+class Errors(logging.Handler):
+    def emit(self, record):
+        errors.append(record.getMessage())
+
+logging.getLogger().addHandler(Errors(logging.ERROR))
+
+def peak_mb():
+    # VmHWM is this process's own peak; ru_maxrss would start from the parent's RSS at fork.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+async def main():
+    got = []
+    consumer = AsyncPushConsumer(
+        "g-bombs",
+        namesrv_addr=namesrv,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        consume_thread_min=1,  # one worker: the listener sees the queue's order
+        consume_thread_max=1,
+    )
+    consumer.subscribe(topic)
+
+    @consumer.register_listener
+    def handle(messages):
+        got.extend((len(m.body), hashlib.sha1(m.body).hexdigest()) for m in messages)
+
+    start_mb = peak_mb()
+    await consumer.start()
+    try:
+        for _ in range(1200):
+            if len(got) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # a bad record pulled again would show up here
+        skipped = consumer.stats.topics[topic].skipped_records_total
+    finally:
+        await consumer.shutdown()
+    print(json.dumps({
+        "got": got,
+        "skipped": skipped,
+        "errors": errors,
+        "speedups": message_codec.SPEEDUPS,
+        "start_mb": start_mb,
+        "peak_mb": peak_mb(),
+    }))
+
+asyncio.run(main())
+"""
+
+# The issue's target (#25): Python, rmqk and a running consumer take under 50 MB; the
+# three bombs used to add 128 MiB on top (twice the 64 MiB cap), now one step of 1 MiB.
+BOMB_RSS_CEILING_MB = 150.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.parametrize("extensions", [True, False], ids=["compiled-decoder", "python-decoder"])
+async def test_three_bombs_cost_one_bounded_buffer_and_are_skipped_and_counted(
+    broker: Any, extensions: bool
+) -> None:
+    """Issue 25 #3: three ~100 KiB records inflating to 100 MiB each, pulled together by a
+    push consumer, cost at most one bounded buffer at a time; each is skipped, logged and
+    counted, and a 20 MiB compressed body after them is delivered whole."""
+    bomb = zlib_bomb(100 * 1024 * 1024)
+    large = bytes(range(256)) * (20 * 4096)  # 20 MiB: inflated in two passes, see compression
+    await send_raw(
+        broker,
+        [(bomb, ZLIB_COMPRESSED_SYS_FLAG)] * 3
+        + [(zlib.compress(large), ZLIB_COMPRESSED_SYS_FLAG), (b"after", 0)],
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RMQK_NO_EXTENSIONS"}
+    if not extensions:
+        env["RMQK_NO_EXTENSIONS"] = "1"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _BOMB_CONSUMER,
+        broker.namesrv_addr,
+        TOPIC,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await child.communicate()
+    assert child.returncode == 0, err.decode()
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    print(result["start_mb"], result["peak_mb"])
+    if extensions and message_codec.SPEEDUPS:
+        assert result["speedups"] is True
+    if not extensions:
+        assert result["speedups"] is False
+    assert result["got"] == [
+        [len(large), hashlib.sha1(large).hexdigest()],
+        [5, hashlib.sha1(b"after").hexdigest()],
+    ]
+    skips = [e for e in result["errors"] if SKIP_LOG in e]
+    assert len(skips) == 3, result["errors"]
+    for offset, error in zip((0, 1, 2), skips, strict=True):
+        assert f"queue offset {offset}:" in error and "max_decompressed_body_size" in error
+    assert result["skipped"] == 3
+    assert result["peak_mb"] < BOMB_RSS_CEILING_MB, result

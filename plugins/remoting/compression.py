@@ -4,9 +4,10 @@ A stored body carries the COMPRESSED sysFlag bit and, from 4.9 producers on, the
 codec in bits 8-10 (zlib; LZ4 and ZSTD with their optional packages).
 
 Inflating is bounded: a body that would grow past ``max_size`` bytes is refused
-after at most ``max_size + 1`` bytes were produced, so a decompression bomb (a
-few hundred KiB that inflate to gigabytes) costs one bounded buffer, never the
-whole expansion.
+after at most ``max_size`` bytes and one step were produced, a step at a time and
+none of them kept, so a decompression bomb (a few hundred KiB that inflate to
+gigabytes) costs one step of memory, never the cap and never the whole expansion.
+A body within the cap costs itself and one step (zlib; see ``_inflate_zlib``).
 """
 
 from __future__ import annotations
@@ -38,15 +39,41 @@ def _too_large(kind: str, max_size: int) -> BodyTooLarge:
     return BodyTooLarge(f"{kind} body inflates past max_decompressed_body_size ({max_size} bytes)")
 
 
+# Inflating a step at a time bounds what one call holds: zlib's own output buffer
+# grows in blocks and is copied whole into the result when the call returns, so one
+# decompress(body, max_size + 1) held twice the cap at its end (a 100 KiB bomb cost
+# 128 MiB beyond the process's baseline).
+_STEP = 1 << 20
+# Output kept from the first pass; a longer body is inflated again into a buffer of
+# its exact size (see _inflate_zlib).
+_KEEP = 4 << 20
+
+
 def _inflate_zlib(body: bytes, max_size: int) -> bytes:
     inflater = zlib.decompressobj()
-    out = inflater.decompress(body, max_size + 1)
-    if len(out) > max_size:
-        raise _too_large("zlib", max_size)
-    if not inflater.eof:
-        # zlib.decompress's own complaint for a stream that stops early.
-        raise ValueError("zlib body does not inflate: incomplete or truncated stream")
-    return out
+    kept: list[bytes] = []
+    produced = 0
+    data = body
+    while not inflater.eof:
+        out = inflater.decompress(data, _STEP)
+        data = inflater.unconsumed_tail
+        if not out and not data and not inflater.eof:
+            # zlib.decompress's own complaint for a stream that stops early.
+            raise ValueError("zlib body does not inflate: incomplete or truncated stream")
+        produced += len(out)
+        if produced > max_size:
+            kept.clear()  # frees what was inflated before the error is raised
+            raise _too_large("zlib", max_size)
+        if produced <= _KEEP:
+            kept.append(out)
+        else:
+            kept.clear()
+    if produced <= _KEEP:
+        return b"".join(kept)
+    # A long body is measured first (above) and inflated again here into one buffer of
+    # exactly its size, which zlib returns without the final copy: at no time is more
+    # than the body itself and one step held.
+    return zlib.decompress(body, zlib.MAX_WBITS, produced)
 
 
 def _inflate_lz4(body: bytes, max_size: int) -> bytes:

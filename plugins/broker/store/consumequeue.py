@@ -73,6 +73,7 @@ class ConsumeQueue:
         "min_offset",
         "queue_id",
         "topic",
+        "unrepaired",
     )
 
     def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int) -> None:
@@ -88,6 +89,9 @@ class ConsumeQueue:
         self.damaged = ""  # why the files on disk cannot be trusted, if they cannot
         self.min_offset = 0
         self.max_offset = 0
+        # Entries that do not describe their records and that no record in the commit log
+        # could rebuild (recovery.rebuild_entries): serving neither looks again nor trusts them.
+        self.unrepaired: set[int] = set()
 
     # -- opening -------------------------------------------------------------------
 

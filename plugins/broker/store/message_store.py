@@ -47,7 +47,7 @@ from rmqk.plugins.remoting.message_codec import (
     java_properties_string,
 )
 
-from . import recovery
+from . import entry_check, recovery
 from .commitlog import END_BLANK_MIN, CommitLog
 from .consumequeue import ConsumeQueue
 from .encoding import RecordEncoder, check_destination, tags_code_of
@@ -69,6 +69,9 @@ log = logging.getLogger("rmqk.broker.store")
 
 _TRANSACTION_MASK = 0xC
 _TRANSACTION_COMMIT = 0x8
+# How far serving looks on either side of a damaged consume queue entry for the good
+# entries that bound the records to rebuild it from (beyond: the log's start or end).
+_REPAIR_REACH = 4096
 
 
 def _now_ms() -> int:
@@ -137,6 +140,8 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
         self._schedule_task: asyncio.Task[None] | None = None
         self._clean_task: asyncio.Task[None] | None = None
         self.last_recovery: recovery.RecoveryReport | None = None
+        self.cq_entries_rebuilt = 0
+        self.cq_entries_unrepaired = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,6 +195,8 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
             self._recovered_tags_code,
         )
         self.last_recovery = report
+        self.cq_entries_rebuilt += report.entries_rebuilt
+        self.cq_entries_unrepaired += report.entries_unrepaired
         if report.truncated_from is not None:
             log.warning(
                 "commit log recovered: torn or invalid data at offset %d removed",
@@ -482,6 +489,51 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
             fsync_dir(self._cq_root)
         return cq
 
+    def _repair_entry(self, cq: ConsumeQueue, index: int) -> bool:
+        """Rebuild from the commit log the run of entries around ``index`` that do not
+        describe their records (serving met one); True if any entry was rewritten.
+
+        Entries that no record rebuilds land in ``cq.unrepaired`` and are not looked
+        for again. Takes the writer lock: a rebuild writes entries and must not
+        interleave with a put.
+        """
+        with self._lock:
+            if index in cq.unrepaired or not cq.min_offset <= index < cq.max_offset:
+                return False
+            log_ = self.commit_log
+            end = log_.write_offset
+
+            def good(i: int) -> bool:
+                e = cq.entry(i)
+                return e is not None and (
+                    recovery.judge_entry(log_, end, cq, i, e[0], e[1]) == entry_check.OK
+                )
+
+            first = index
+            while first > cq.min_offset and index - first < _REPAIR_REACH and not good(first - 1):
+                first -= 1
+            stop = index + 1
+            while stop < cq.max_offset and stop - index < _REPAIR_REACH and not good(stop):
+                stop += 1
+            # The good neighbours' records bound the run's records (see rebuild_entries).
+            lo = hi = None
+            if first > cq.min_offset and good(first - 1):
+                lo = cq.entry(first - 1)
+            if stop < cq.max_offset and good(stop):
+                hi = cq.entry(stop)
+            fixed, left = recovery.rebuild_entries(
+                log_,
+                cq,
+                first,
+                stop,
+                log_.min_offset if lo is None else lo[0],
+                end if hi is None else hi[0],
+                self._recovered_tags_code,
+            )
+            self.cq_entries_rebuilt += fixed
+            self.cq_entries_unrepaired += left
+            return fixed > 0
+
     def _recovered_tags_code(self, topic: str, properties_raw: str, store_timestamp: int) -> int:
         if topic == SCHEDULE_TOPIC:
             text = parse_properties(properties_raw).get(MessageProperty.DELAY_TIME_LEVEL, "")
@@ -514,4 +566,6 @@ class MessageStore(StoreReads, StoreWrites, StoreRetention, StoreFlushing):
             len(self.commit_log.segments),
             len(self._queues),
             self.last_recovery,
+            self.cq_entries_rebuilt,
+            self.cq_entries_unrepaired,
         )

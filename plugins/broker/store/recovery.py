@@ -24,8 +24,14 @@ Opening then does, whatever the way the previous process ended:
    file, or the walk meets a queue offset ahead of its queue, re-dispatch every
    record from the log's start up to the end found in 1 (a rebuild).
 4. Cut the torn tail (later segments deleted, the rest of the segment zeroed so
-   no stale bytes can pass for records later) and drop consume queue entries
-   pointing past the new end.
+   no stale bytes can pass for records later).
+5. Check every consume queue entry against the record it points at (its offset,
+   size, topic, queue id and queue offset, and its tags code recomputed from the
+   record; see entry_check.py) and rebuild the entries that do not match from the
+   records the commit log holds between their good neighbours, one WARNING per run
+   of rebuilt entries. Issue 25: one flipped byte in an entry's commit log offset,
+   below the checkpoint, made its message undeliverable.
+6. Drop consume queue entries pointing past the new end.
 
 Apache's recoverNormally/recoverAbnormally stop at the first record that fails
 checkMessageAndReturnSize and truncate everything after it; this store goes
@@ -41,8 +47,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -50,14 +57,18 @@ import attrs
 from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
 
 from .commitlog import END_BLANK_MIN, CommitLog, Segment
-from .consumequeue import ConsumeQueue
+from .consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue
+from .entry_check import ELSEWHERE, OK, examine, judge
 from .files import all_zero, read_at, replace_file
 from .records import BLANK_MAGIC, RecordInfo, inspect_record, read_total_and_magic
 
 __all__ = [
     "Checkpoint",
     "RecoveryReport",
+    "check_queue_entries",
+    "judge_entry",
     "read_checkpoint",
+    "rebuild_entries",
     "recover",
     "scan_records",
     "write_checkpoint",
@@ -83,6 +94,10 @@ class RecoveryReport:
     full_rebuild: bool
     reason: str
     bad_records: int = 0  # damaged records (or unreadable ranges) skipped, not truncated
+    # Consume queue entries that did not describe their records (step 5): rebuilt from the
+    # commit log, or left as they were because the log holds no record of theirs.
+    entries_rebuilt: int = 0
+    entries_unrepaired: int = 0
 
 
 def read_checkpoint(path: Path) -> Checkpoint | None:
@@ -361,6 +376,11 @@ def recover(
     scan_start = log_min if full else start
 
     commit_log.truncate(end)
+    rebuilt = unrepaired = 0
+    for cq in list(queues.values()):
+        fixed, left = check_queue_entries(commit_log, cq, end, tags_code)
+        rebuilt += fixed
+        unrepaired += left
     trimmed = 0
     for cq in list(queues.values()):
         trimmed += cq.trim_beyond(end, functools.partial(_is_its_record, commit_log, cq))
@@ -375,4 +395,197 @@ def recover(
         full_rebuild=full,
         reason=reason or "incremental from the checkpoint",
         bad_records=scan.bad_records,
+        entries_rebuilt=rebuilt,
+        entries_unrepaired=unrepaired,
     )
+
+
+# -- consume queue entries against their records (step 5) ------------------------------
+
+TagsCode = Callable[[str, str, int], int]
+
+
+def _record_bytes(commit_log: CommitLog, end: int, phys: int, size: int) -> bytes | None:
+    """Up to ``size`` log bytes at ``phys`` (fewer at a segment's or the data's end),
+    read with pread (see read_at); None when ``phys`` is not in [log start, ``end``)."""
+    if phys < commit_log.min_offset or phys >= end or size <= 0:
+        return None
+    seg = commit_log.segment_at(phys)
+    if seg is None:
+        return None
+    pos = phys - seg.base
+    return os.pread(seg.fd, min(size, commit_log.segment_size - pos, end - phys), pos)
+
+
+def judge_entry(
+    commit_log: CommitLog, end: int, cq: ConsumeQueue, index: int, phys: int, size: int
+) -> int:
+    """entry_check's verdict on entry ``index`` = (``phys``, ``size``) of ``cq``."""
+    data = _record_bytes(commit_log, end, phys, size)
+    if data is None:
+        return ELSEWHERE
+    return judge(data, 0, len(data), phys, size, cq.queue_id, index, cq.topic.encode())
+
+
+def _entries(cq: ConsumeQueue, first: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
+    """(index, phys, size, tags) of the entries in [first, stop) whose file exists."""
+    chunk = 4096
+    for f in list(cq.files):
+        lo = max(first, f.base_index)
+        hi = min(stop, f.base_index + cq.entries_per_file)
+        for start in range(lo, hi, chunk):
+            n = min(chunk, hi - start)
+            data = read_at(f.fd, (start - f.base_index) * ENTRY_SIZE, n * ENTRY_SIZE)
+            for i, (phys, size, tags) in enumerate(ENTRY.iter_unpack(data)):
+                yield start + i, phys, size, tags
+
+
+def check_queue_entries(
+    commit_log: CommitLog, cq: ConsumeQueue, end: int, tags_code: TagsCode
+) -> tuple[int, int]:
+    """Check each entry of ``cq`` against its record; rebuild runs that do not match.
+
+    An entry before every live one may point below the log's start: retention
+    removed its record (correct_min moves the queue's minimum past it). Below the
+    start after a live entry, an offset can only be damage. Returns (entries
+    rebuilt or given their tags code back, entries left as they were).
+    """
+    log_min = commit_log.min_offset
+    seg_size = commit_log.segment_size
+    topic = cq.topic.encode()
+    topic_name = cq.topic
+    qid = cq.queue_id
+    pread = os.pread
+    rebuilt = unrepaired = 0
+    live_seen = False
+    prev_phys = log_min  # where the record before a run starts: a record boundary
+    run_start = -1
+    for index, phys, size, tags in _entries(cq, cq.min_offset, cq.max_offset):
+        if phys < log_min and not live_seen:
+            continue
+        live_seen = True
+        verdict = ELSEWHERE
+        if phys < end and size > 0:
+            seg = commit_log.segment_at(phys)
+            if seg is not None:
+                pos = phys - seg.base
+                # pread, not the mapping: see read_at.
+                data = pread(seg.fd, min(size, seg_size - pos, end - phys), pos)
+                verdict, props_at, store_ts = examine(
+                    data, 0, len(data), phys, size, qid, index, topic
+                )
+        if verdict != OK:
+            if run_start < 0:
+                run_start = index
+            continue
+        if run_start >= 0:
+            fixed, left = rebuild_entries(
+                commit_log, cq, run_start, index, prev_phys, phys, tags_code
+            )
+            rebuilt += fixed
+            unrepaired += left
+            run_start = -1
+        try:
+            props = data[props_at:].decode("utf-8")
+        except UnicodeDecodeError:
+            props = None
+        code = tags if props is None else tags_code(topic_name, props, store_ts)
+        if code != tags:
+            log.warning(
+                "consume queue %s:%d entry %d (%s) has tags code %d, its record says %d: "
+                "rewritten from the commit log",
+                cq.topic,
+                cq.queue_id,
+                index,
+                _file_name(cq, index),
+                tags,
+                code,
+            )
+            cq.write_at(index, phys, size, code)
+            rebuilt += 1
+        prev_phys = phys
+    if run_start >= 0:
+        fixed, left = rebuild_entries(
+            commit_log, cq, run_start, cq.max_offset, prev_phys, end, tags_code
+        )
+        rebuilt += fixed
+        unrepaired += left
+    return rebuilt, unrepaired
+
+
+def _file_name(cq: ConsumeQueue, index: int) -> str:
+    f = cq.file_for(index)
+    return str(f.path) if f is not None else f"{cq.directory} (no file)"
+
+
+def rebuild_entries(
+    commit_log: CommitLog,
+    cq: ConsumeQueue,
+    first: int,
+    stop: int,
+    lo: int,
+    hi: int,
+    tags_code: TagsCode,
+) -> tuple[int, int]:
+    """Rewrite entries [first, stop) of ``cq`` from the records in log bytes [lo, hi).
+
+    ``lo`` is a record boundary at or before the record of entry ``first`` (the
+    record of the good entry before it, or the log's start) and ``hi`` the record of
+    the good entry after ``stop - 1`` (or the log's end): queue offsets grow with
+    log offsets, so the records of the run are in between. An entry whose record is
+    not there (the log lost it too) stays as it was and is remembered in
+    ``cq.unrepaired``, so that serving neither looks for it again nor hands out what
+    it points at. Returns (entries rewritten, entries left).
+    """
+    found: set[int] = set()
+
+    def on_record(offset: int, info: RecordInfo) -> None:
+        q = info.queue_offset
+        if info.queue_id != cq.queue_id or not first <= q < stop or info.topic != cq.topic:
+            return
+        code = tags_code(info.topic, info.properties_raw, info.store_timestamp)
+        cq.write_at(q, offset, info.size, code)
+        found.add(q)
+
+    scan_records(commit_log, lo, hi, on_record)
+    missing = [i for i in range(first, stop) if i not in found]
+    cq.unrepaired.difference_update(found)
+    cq.unrepaired.update(missing)
+    if found:
+        log.warning(
+            "consume queue %s:%d entries %d-%d (%s) did not describe their commit log "
+            "records: %d rebuilt from the records in commit log bytes [%d, %d)",
+            cq.topic,
+            cq.queue_id,
+            first,
+            stop - 1,
+            _file_name(cq, first),
+            len(found),
+            lo,
+            hi,
+        )
+    if missing:
+        log.error(
+            "consume queue %s:%d entries %s (%s) do not describe their commit log records "
+            "and the log holds no record of theirs in bytes [%d, %d): left as they are "
+            "(one whose record is damaged is served as stored, the others are not served)",
+            cq.topic,
+            cq.queue_id,
+            _ranges(missing),
+            _file_name(cq, missing[0]),
+            lo,
+            hi,
+        )
+    return len(found), len(missing)
+
+
+def _ranges(indexes: list[int]) -> str:
+    """``[3, 4, 5, 9]`` as ``3-5, 9`` (at most 10 ranges, then a count)."""
+    runs: list[list[int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs[:10])
+    return text if len(runs) <= 10 else f"{text} and {len(runs) - 10} more runs"

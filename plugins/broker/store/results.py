@@ -77,6 +77,10 @@ class StoreStats:
     segments: int
     queues: int
     recovery: recovery.RecoveryReport | None
+    # Consume queue entries found not to describe their records since the store opened
+    # (recovery and serving): rebuilt from the commit log, or left (no record of theirs).
+    cq_entries_rebuilt: int = 0
+    cq_entries_unrepaired: int = 0
 
 
 class BatchMessage(Protocol):
