@@ -450,6 +450,20 @@ class ConsumerOptions:
         maximum=JAVA_INT_MAX,
         unit="bytes",
     )
+    on_offsets_reset: str = _option(
+        OptionType.STR,
+        "What to do when a queue's offsets go backwards: its max offset on the broker is "
+        "below the offset the group (or an exactly-once sink's commit log) recorded, as "
+        "after a broker rebuilt with an empty store under the same name or a topic deleted "
+        "and created again. fail stops the consumer with one error naming the topic, "
+        "broker, queue and both offsets; resume starts the queue afresh from the broker's "
+        "offset (as Java 4.9.8 does for any OFFSET_ILLEGAL answer) with a WARNING, the "
+        "offsets_reset counter and, for an exactly-once sink, the queue's commit records "
+        "forgotten so its new messages are written (an rmqk option; Java always resumes, "
+        "silently).",
+        "fail",
+        allowed=("fail", "resume"),
+    )
     post_subscription_when_pull: bool = _option(
         OptionType.BOOL,
         "Send the subscription expression with every pull request.",

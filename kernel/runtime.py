@@ -13,12 +13,13 @@ from typing import Any
 import attrs
 
 from rmqk.config import Config, ConsumerSpec
-from rmqk.contracts import BufferedSink, Sink
+from rmqk.contracts import BufferedSink, OffsetsRecordingSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.errors import ClientError, ConfigError
+from rmqk.errors import ClientError, ConfigError, RmqkError
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
 from rmqk.model import MessageModel
+from rmqk.offsets_reset import OffsetsReset
 from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
 from rmqk.preflight import preflight, sink_step
@@ -58,12 +59,19 @@ class StopTally:
     committed_queues: int
     committed_total: int
     elapsed_s: float
+    # Queues started afresh because their offsets went backwards (on_offsets_reset).
+    offsets_reset: int = 0
 
     def line(self) -> str:
+        resets = (
+            f", {self.offsets_reset} queue(s) started afresh (offsets went backwards)"
+            if self.offsets_reset
+            else ""
+        )
         return (
             f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed, "
             f"offsets committed on {self.committed_queues} queues (sum {self.committed_total:,}), "
-            f"ran {self.elapsed_s:,.1f} s"
+            f"ran {self.elapsed_s:,.1f} s{resets}"
         )
 
 
@@ -90,6 +98,15 @@ class ComposedConsumer:
         self.consumer = AsyncPushConsumer(spec.group, options)
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        if isinstance(sink, OffsetsRecordingSink):
+            # Issue 25: the sink's commit records go backwards with the queue's offsets.
+            consumer = self.consumer
+
+            def reported(reset: OffsetsReset) -> None:
+                consumer.offsets_went_backwards(reset)
+
+            sink.watch_offsets(options.on_offsets_reset, reported)
+            consumer.add_offsets_reset_listener(sink.offsets_reset)
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
 
@@ -142,6 +159,11 @@ class ComposedConsumer:
             self.stopped_at = time.monotonic()
             await self.sink.close()
 
+    @property
+    def failure(self) -> RmqkError | None:
+        """The error the consumer stopped on by itself (on_offsets_reset = "fail"), if any."""
+        return self.consumer.failure
+
     def tally(self) -> StopTally:
         consumer = self.consumer
         consumed = sum(t.consumed_ok_total for t in consumer.stats.topics.values())
@@ -163,6 +185,7 @@ class ComposedConsumer:
             committed_queues=len(committed),
             committed_total=sum(committed),
             elapsed_s=end - self.started_at if self.started_at is not None else 0.0,
+            offsets_reset=sum(consumer.offsets_resets.values()),
         )
 
 
@@ -228,6 +251,9 @@ async def run_config(
                 # Plugin factories name placeholders; here the file and table are known.
                 raise rehome(exc, config.path, spec.table) from exc
             running.append(composed)
+            # A consumer that stops on an error (offsets gone backwards) stops the run,
+            # which then ends with that error.
+            composed.consumer.add_failure_listener(lambda _error: stop.set())
             log.info("consumer %s (group %s) started, sink %s", spec.name, spec.group, spec.sink)
         if on_started is not None:
             on_started(running)
@@ -240,6 +266,9 @@ async def run_config(
                 log.exception("stopping consumer %s failed", composed.spec.name)
         if on_stopped is not None and running:
             on_stopped(running)
+    failed = [composed.failure for composed in running if composed.failure is not None]
+    if failed:
+        raise failed[0]
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
