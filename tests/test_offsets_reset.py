@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from cli_support import start_rmqk
-from engine_support import create_topic, produce, wait_for
+from engine_support import committed_offsets, create_topic, produce, wait_for
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer
@@ -311,6 +311,13 @@ async def test_push_consumer_stops_with_the_error_and_tells_its_listeners(
         assert consumer.offsets_resets == {}
     finally:
         await consumer.shutdown()
+    # No offset moved back; the pulls carried the old ones to the new broker, as Java's do
+    # (docs/reliability.md: restart with resume before the queue grows past them).
+    assert cluster.broker is not None
+    committed = await committed_offsets(
+        cluster.namesrv, cluster.broker.broker_addr, GROUP, TOPIC, QUEUES
+    )
+    assert committed[error.reset.queue_id] == error.reset.recorded
 
 
 async def test_push_consumer_resumes_every_queue_with_a_count(cluster: Cluster) -> None:
@@ -397,3 +404,178 @@ def test_the_option_is_validated_with_a_clear_error() -> None:
         AsyncPushConsumer(GROUP, namesrv_addr="127.0.0.1:9876", on_offsets_reset="skip")
     with pytest.raises(ConfigError, match=r"on_offsets_reset: must be one of fail, resume"):
         AsyncLitePullConsumer(GROUP, namesrv_addr="127.0.0.1:9876", on_offsets_reset=True)
+
+
+# -- the exactly-once sinks on their own -------------------------------------------------
+
+
+def _open_sink(kind: str, tmp_path: Path) -> Any:
+    if kind == "sqlite":
+        from rmqk.plugins.sinks.sqlite import SqliteSink
+
+        return SqliteSink({"path": str(tmp_path / "out.db")})
+    from rmqk.plugins.spark.sink import SparkSink
+
+    return SparkSink({"path": str(tmp_path / "out"), "exactly_once": True, "writer": "arrow"})
+
+
+def _stamped(prefix: str, offsets: range, max_offset: int) -> list[MessageExt]:
+    """Messages of queue 0 as a pull at the queue's ``max_offset`` hands them over."""
+    out = []
+    for o in offsets:
+        m = MessageExt(
+            topic=TOPIC,
+            body=f"{prefix}-{o}".encode(),
+            queue_id=0,
+            queue_offset=o,
+            born_timestamp=1_700_000_000_000 + o,
+            store_timestamp=1_700_000_000_500 + o,
+            store_host="127.0.0.1:10911",
+            properties={"UNIQ_KEY": f"{prefix}-{o}"},
+        )
+        m.set_queue_bounds((0, max_offset))
+        out.append(m)
+    return out
+
+
+def _queue0() -> Any:
+    from rmqk.model import MessageQueue
+
+    return MessageQueue(TOPIC, "broker-a", 0)
+
+
+@pytest.mark.parametrize("kind", _sinks())
+async def test_a_sink_refuses_a_batch_below_its_records_by_default(
+    tmp_path: Path, kind: str
+) -> None:
+    """Without a consumer telling it (a new run after the rebuild), the sink sees it itself."""
+    sink = _open_sink(kind, tmp_path)
+    await sink.start()
+    try:
+        await sink.write(_queue0(), _stamped("old", range(10), 10))
+        with pytest.raises(OffsetsWentBackwardsError) as info:
+            await sink.write(_queue0(), _stamped("new", range(5), 5))
+    finally:
+        await sink.close()
+    text = str(info.value)
+    assert f"the offsets of topic {TOPIC}, broker broker-a, queue 0 went backwards" in text
+    assert "commit records in" in text and "recorded offset 10" in text
+    assert "max offset on the broker is now 5" in text
+    assert sorted(_written(kind, tmp_path)) == sorted(
+        m.body for m in _stamped("old", range(10), 10)
+    )
+
+
+@pytest.mark.parametrize("kind", _sinks())
+async def test_a_sink_resumes_and_its_reset_survives_a_restart(tmp_path: Path, kind: str) -> None:
+    reports: list[Any] = []
+    sink = _open_sink(kind, tmp_path)
+    sink.watch_offsets("resume", reports.append)
+    await sink.start()
+    try:
+        await sink.write(_queue0(), _stamped("old", range(10), 10))
+        await sink.write(_queue0(), _stamped("new", range(5), 5))
+        await asyncio.sleep(0)
+    finally:
+        await sink.close()
+    assert [(r.queue_id, r.recorded, r.current) for r in reports] == [(0, 10, 5)]
+    # A new writer reads the records back: the old queue's are void, the new ones hold.
+    again = _open_sink(kind, tmp_path)
+    again.watch_offsets("resume", reports.append)
+    await again.start()
+    try:
+        await again.write(_queue0(), _stamped("new", range(3, 10), 10))
+    finally:
+        await again.close()
+    assert len(reports) == 1
+    expected = [m.body for m in _stamped("old", range(10), 10) + _stamped("new", range(10), 10)]
+    assert Counter(_written(kind, tmp_path)) == Counter(expected)
+
+
+@pytest.mark.parametrize("kind", _sinks())
+async def test_a_reset_the_consumer_asks_for_is_durable(tmp_path: Path, kind: str) -> None:
+    """What the consumer awaits before a queue restarts: the new queue may already be as
+    long as the old one (nothing a sink could see), its messages are still written."""
+    sink = _open_sink(kind, tmp_path)
+    await sink.start()
+    try:
+        await sink.write(_queue0(), _stamped("old", range(10), 10))
+        await sink.offsets_reset(_queue0())
+    finally:
+        await sink.close()
+    again = _open_sink(kind, tmp_path)
+    await again.start()
+    try:
+        await again.write(_queue0(), _stamped("new", range(10), 10))
+        await again.write(_queue0(), _stamped("new", range(4), 10))  # a replay: skipped
+    finally:
+        await again.close()
+    expected = [m.body for m in _stamped("old", range(10), 10) + _stamped("new", range(10), 10)]
+    assert Counter(_written(kind, tmp_path)) == Counter(expected)
+
+
+# -- the Spark source's checkpointed offsets ---------------------------------------------
+
+
+def test_spark_source_fails_or_reads_a_queue_afresh_when_its_offsets_went_backwards(
+    broker_thread_factory: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from rmqk.plugins.spark.demo import produce_orders
+    from rmqk.plugins.spark.pull import DataLossError
+    from rmqk.plugins.spark.source import RocketMQStreamReader, SourceOptions
+
+    ports = {"namesrv_port": _free_port(), "broker_port": _free_port()}
+
+    def broker(name: str, count: int) -> Any:
+        handle = broker_thread_factory(data_dir=tmp_path / name, **ports)
+        handle.call(handle.broker.create_topic("Orders", queues=4))
+        asyncio.run(produce_orders(handle.namesrv_addr, count, topic="Orders"))
+        return handle
+
+    def reader(handle: Any, **options: str) -> RocketMQStreamReader:
+        opts = SourceOptions.parse(
+            {"namesrv": handle.namesrv_addr, "topics": "Orders", **options}, streaming=True
+        )
+        return RocketMQStreamReader(opts)
+
+    first = broker("first", 400)
+    old = reader(first, startingOffsets="earliest")
+    try:
+        checkpoint = old.latestOffset(old.initialOffset())
+    finally:
+        old.stop()
+    assert sum(checkpoint.values()) == 400
+    first.stop()
+    rebuilt = broker("rebuilt", 40)
+
+    # The query restarts from its checkpoint: by default it fails, naming the queue.
+    strict = reader(rebuilt)
+    try:
+        with pytest.raises(DataLossError) as info:
+            strict.latestOffset(checkpoint)
+    finally:
+        strict.stop()
+    text = str(info.value)
+    assert re.search(
+        r"the offsets of topic Orders, broker broker-a, queue \d went backwards: the checkpoint "
+        r"recorded offset \d+, the queue's max offset on the broker is now \d+",
+        text,
+    ), text
+    assert "failOnDataLoss=false" in text
+
+    lenient = reader(rebuilt, failOnDataLoss="false")
+    try:
+        end = lenient.latestOffset(checkpoint)
+        assert lenient.offsets_resets == 4
+        assert all(end[k] < checkpoint[k] for k in checkpoint)
+        parts = lenient.partitions(checkpoint, end)
+        assert [(p.start, p.end) for p in parts] == [(0, end[k]) for k in sorted(end)]
+        rows = [r for p in parts for b in lenient.read(p) for r in b.to_pylist()]
+        # Every new message, once; and the next batch goes on from the new offsets.
+        assert len(rows) == 40
+        assert len({(r["queue_id"], r["queue_offset"]) for r in rows}) == 40
+        assert lenient.partitions(end, lenient.latestOffset(end)) == []
+    finally:
+        lenient.stop()
