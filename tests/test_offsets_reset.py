@@ -144,13 +144,16 @@ def _written(sink: str, tmp_path: Path) -> list[bytes]:
     return [bytes(b) for b in pq.read_table(out, columns=["body"]).column("body").to_pylist()]
 
 
-def _config(tmp_path: Path, namesrv: str, sink: str, policy: str | None) -> Path:
+def _config(
+    tmp_path: Path, namesrv: str, sink: str, policy: str | None, processes: int = 1
+) -> Path:
     path = tmp_path / "reborn.toml"
     lines = [
         "[prometheus]",
         "port = 0",
         "",
         "[consumers.rows]",
+        f"processes = {processes}",
         f'group = "{GROUP}"',
         f'namesrv_addr = "{namesrv}"',
         f'subscription = {{ {TOPIC} = "*" }}',
@@ -163,26 +166,30 @@ def _config(tmp_path: Path, namesrv: str, sink: str, policy: str | None) -> Path
     return path
 
 
-def _sinks() -> list[Any]:
+def _sinks(*extra: Any) -> list[Any]:
+    """``sqlite`` and the ``spark`` sink's Arrow writer (skipped without the spark extra),
+    each with the ``extra`` parameters."""
     try:
         import pyarrow  # noqa: F401
         import pyspark  # noqa: F401
     except ImportError:
-        arrow = pytest.param("arrow", marks=pytest.mark.skip(reason="the spark extra is needed"))
+        marks = [pytest.mark.skip(reason="the spark extra is needed")]
     else:
-        arrow = pytest.param("arrow")
-    return ["sqlite", arrow]
+        marks = []
+    if not extra:
+        return ["sqlite", pytest.param("arrow", marks=marks)]
+    return [pytest.param("sqlite", *extra), pytest.param("arrow", *extra, marks=marks)]
 
 
 async def _run_until_old_ones_written(
-    cluster: Cluster, tmp_path: Path, sink: str, policy: str | None
+    cluster: Cluster, tmp_path: Path, sink: str, policy: str | None, processes: int = 1
 ) -> tuple[subprocess.Popen[str], Path]:
     assert await produce(cluster.namesrv, TOPIC, _bodies("old")) == N
     err = tmp_path / "stderr.txt"
     with open(err, "w") as stderr:
         proc = start_rmqk(
             "run",
-            str(_config(tmp_path, cluster.namesrv, sink, policy)),
+            str(_config(tmp_path, cluster.namesrv, sink, policy, processes)),
             "--log-level",
             "INFO",
             stdout=subprocess.DEVNULL,
@@ -196,11 +203,14 @@ async def _exit_code(proc: subprocess.Popen[str], timeout: float = 90) -> int:
     return await asyncio.to_thread(proc.wait, timeout)
 
 
-@pytest.mark.parametrize("sink", _sinks())
+@pytest.mark.parametrize(
+    ("sink", "processes"), [*_sinks(1), pytest.param("sqlite", 2, id="sqlite-processes-2")]
+)
 async def test_rmqk_run_stops_with_one_clear_error_by_default(
-    cluster: Cluster, tmp_path: Path, sink: str
+    cluster: Cluster, tmp_path: Path, sink: Any, processes: int
 ) -> None:
-    proc, err = await _run_until_old_ones_written(cluster, tmp_path, sink, None)
+    """With ``processes = 2`` the supervisor ends with the worker's error, not restarting it."""
+    proc, err = await _run_until_old_ones_written(cluster, tmp_path, sink, None, processes)
     try:
         await cluster.rebuild()
         assert await _exit_code(proc) == 1
