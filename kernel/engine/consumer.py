@@ -259,7 +259,9 @@ class AsyncPushConsumer(ConsumerMember):
     # -- MemberInner (what the client instance calls) ------------------------------------------
 
     async def do_rebalance(self) -> None:
-        if not self.paused and self.state is ServiceState.RUNNING:
+        # A consumer stopped on an error takes no queue again (an admin offset reset
+        # un-pauses it, and must not bring it back).
+        if not self.paused and self.failure is None and self.state is ServiceState.RUNNING:
             await self.rebalance.do_rebalance(self.consume_orderly)
 
     def _queues_to_persist(self) -> set[MessageQueue] | None:
@@ -287,8 +289,9 @@ class AsyncPushConsumer(ConsumerMember):
                 if task is not None:
                     task.cancel()
         finally:
-            self.paused = False
-            await self.rebalance.do_rebalance(self.consume_orderly)
+            self.paused = self.failure is not None
+            if not self.paused:
+                await self.rebalance.do_rebalance(self.consume_orderly)
 
     reset_offset_pause_ms = RESET_OFFSET_PAUSE_MS
 

@@ -473,7 +473,11 @@ class AsyncLitePullConsumer(ConsumerMember):
         return ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
 
     async def do_rebalance(self) -> None:
-        if self.state is ServiceState.RUNNING and self.queues.kind is SubscriptionType.SUBSCRIBE:
+        if (
+            self.state is ServiceState.RUNNING
+            and self.failure is None
+            and self.queues.kind is SubscriptionType.SUBSCRIBE
+        ):
             await self.rebalance.do_rebalance(False)
 
     def _queues_to_persist(self) -> set[MessageQueue] | None:
