@@ -17,7 +17,7 @@ from rmqk.engine.pull import (
     PullAPI,
     offsets_went_backwards,
 )
-from rmqk.errors import RmqkError
+from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue, PullStatus
 from rmqk.offsets_reset import OffsetsReset
@@ -131,7 +131,16 @@ class Fetcher:
         consumer = self.consumer
         if not consumer.offsets_went_backwards(reset):
             return 0
-        await consumer._forget_queue(state.mq)
+        try:
+            await consumer._forget_queue(state.mq)
+        except Exception as exc:
+            consumer.fail(
+                ClientError(
+                    f"cannot start {state.mq} afresh after its offsets went backwards: "
+                    f"forgetting its recorded offsets failed: {exc}"
+                )
+            )
+            return 0
         if not consumer.is_current(state, generation):
             return 0
         state.pull_offset = state.consume_offset = state.processed = reset.first
