@@ -13,13 +13,14 @@ from typing import Any
 import attrs
 
 from rmqk.config import Config, ConsumerSpec
-from rmqk.contracts import BufferedSink, Sink
+from rmqk.contracts import BufferedSink, OffsetsRecordingSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.listener import listener_name
-from rmqk.errors import ClientError, ConfigError
+from rmqk.errors import ClientError, ConfigError, RmqkError
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
 from rmqk.model import MessageModel
+from rmqk.offsets_reset import OffsetsReset
 from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
 from rmqk.preflight import preflight, sink_step
@@ -63,12 +64,19 @@ class StopTally:
     advanced_queues: int
     advanced_total: int
     elapsed_s: float
+    # Queues started afresh because their offsets went backwards (on_offsets_reset).
+    offsets_reset: int = 0
 
     def line(self) -> str:
+        resets = (
+            f", {self.offsets_reset} queue(s) started afresh (offsets went backwards)"
+            if self.offsets_reset
+            else ""
+        )
         return (
             f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed, "
             f"offsets advanced by {self.advanced_total:,} on {self.advanced_queues} of "
-            f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s"
+            f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s{resets}"
         )
 
 
@@ -95,6 +103,15 @@ class ComposedConsumer:
         self.consumer = AsyncPushConsumer(spec.group, options)
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        if isinstance(sink, OffsetsRecordingSink):
+            # Issue 25: the sink's commit records go backwards with the queue's offsets.
+            consumer = self.consumer
+
+            def reported(reset: OffsetsReset) -> None:
+                consumer.offsets_went_backwards(reset)
+
+            sink.watch_offsets(options.on_offsets_reset, reported)
+            consumer.add_offsets_reset_listener(sink.offsets_reset)
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
 
@@ -147,6 +164,11 @@ class ComposedConsumer:
             self.stopped_at = time.monotonic()
             await self.sink.close()
 
+    @property
+    def failure(self) -> RmqkError | None:
+        """The error the consumer stopped on by itself (on_offsets_reset = "fail"), if any."""
+        return self.consumer.failure
+
     def tally(self) -> StopTally:
         consumer = self.consumer
         consumed = sum(t.consumed_ok_total for t in consumer.stats.topics.values())
@@ -175,6 +197,7 @@ class ComposedConsumer:
             advanced_queues=len(advances),
             advanced_total=sum(advances),
             elapsed_s=end - self.started_at if self.started_at is not None else 0.0,
+            offsets_reset=sum(consumer.offsets_resets.values()),
         )
 
 
@@ -255,6 +278,9 @@ async def run_config(
                 # Plugin factories name placeholders; here the file and table are known.
                 raise rehome(exc, config.path, spec.table) from exc
             running.append(composed)
+            # A consumer that stops on an error (offsets gone backwards) stops the run,
+            # which then ends with that error.
+            composed.consumer.add_failure_listener(lambda _error: stop.set())
             log.info("consumer %s (group %s) started, sink %s", spec.name, spec.group, spec.sink)
         if on_started is not None:
             on_started(running)
@@ -267,6 +293,9 @@ async def run_config(
                 log.exception("stopping consumer %s failed", composed.spec.name)
         if on_stopped is not None and running:
             on_stopped(running)
+    failed = [composed.failure for composed in running if composed.failure is not None]
+    if failed:
+        raise failed[0]
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

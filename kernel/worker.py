@@ -131,7 +131,10 @@ def worker_main(job: WorkerJob, conn: Connection) -> None:
         pass
     except BaseException as exc:
         log.debug("worker %s failed", job.identity.label, exc_info=True)
-        pipe.send(WorkerFailed(error_line(exc)))
+        from rmqk.offsets_reset import OffsetsWentBackwardsError
+
+        final = isinstance(exc, OffsetsWentBackwardsError)
+        pipe.send(WorkerFailed(error_line(exc), final=final))
         with contextlib.suppress(OSError):
             conn.close()
         sys.exit(1)
