@@ -164,6 +164,7 @@ class ConsumerMember:
             transport=opts.transport,
             transport_options=dict(opts.transport_options),
             use_tls=opts.use_tls,
+            client_options=opts.client_options,
         )
         await call_event_hook(hook, context=context)
 

@@ -87,5 +87,7 @@ async def announce(producer: AsyncProducer, hook: str) -> None:
         client=producer,
         transport=producer.transport_name,
         transport_options=dict(producer.transport_options),
+        use_tls=producer.client_options.use_tls,
+        client_options=producer.client_options,
     )
     await call_event_hook(hook, context=context)
