@@ -153,6 +153,8 @@ def test_every_client_kind_takes_every_client_option_by_the_same_name(
         Producer("p-x", **values),
         TransactionProducer("p-x", **values),
         AsyncProducer("p-x", client_options=expected),
+        # A producer given a consumer's client options: the same client, field for field.
+        AsyncProducer("p-x", client_options=kinds[0].options.client_options),
     ]
     for producer in producers:
         inner = getattr(producer, "_inner", producer)
@@ -448,3 +450,113 @@ async def test_a_producer_with_use_tls_and_a_ca_file_publishes_to_a_tls_only_bro
 def test_client_options_is_public() -> None:
     assert "ClientOptions" in rmqk.__all__
     assert rmqk.ClientOptions is ClientOptions
+
+
+# ----------------------------------------------------------------------------- the admin client
+
+
+def test_rmqk_admin_signs_and_uses_tls(
+    pki: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    broker_thread_factory: Any,
+) -> None:
+    from rmqk.cli import main
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    acl_path = tmp_path / "plain_acl.toml"
+    acl_path.write_text(ACL_TOML)
+    broker = broker_thread_factory(tls=server_tls(pki), acl=acl_path)
+    ns = broker.namesrv_addr
+    create = ["admin", "topic", "create", "AdminMade", "-n", ns, "--timeout", "3"]
+    tls = ["--tls", "--tls-ca-file", str(pki / "ca.crt")]
+    # The account comes from the environment (the process default); TLS from the flags.
+    monkeypatch.setenv("RMQK_ACCESS_KEY", ADMIN.access_key)
+    monkeypatch.setenv("RMQK_SECRET_KEY", ADMIN.secret_key)
+    assert main([*create, *tls]) == 0
+    out, err = capsys.readouterr()
+    assert "AdminMade" in out
+    assert broker.broker.store.topics.get("AdminMade") is not None
+    # Without TLS the TLS-only broker cannot be reached; with a non-admin account
+    # the broker refuses; with a trace lookup the flags are refused, not ignored.
+    assert main([*create]) != 0
+    monkeypatch.setenv("RMQK_ACCESS_KEY", ACCT_A.access_key)
+    monkeypatch.setenv("RMQK_SECRET_KEY", ACCT_A.secret_key)
+    assert main(["admin", "topic", "create", "Denied", "-n", ns, *tls]) != 0
+    assert broker.broker.store.topics.get("Denied") is None
+    assert main(["admin", "trace", "C0A8000100002A9F0000000000000000", "-n", ns, *tls]) != 0
+    out, err = capsys.readouterr()
+    assert "does not take --tls" in err
+    assert "Need admin permission" in err
+    assert_no_secret(out, err)
+
+
+async def test_the_admin_client_takes_its_own_account_and_tls(
+    pki: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmqk.plugins.broker.admin_client import AdminClient
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    acl_path = tmp_path / "plain_acl.toml"
+    acl_path.write_text(ACL_TOML)
+    async with EmbeddedBroker(
+        tmp_path / "b", namesrv_port=0, broker_port=0, tls=server_tls(pki), acl=acl_path
+    ) as broker:
+        async with AdminClient(
+            broker.namesrv_addr,
+            timeout=3,
+            use_tls=True,
+            tls_ca_file=str(pki / "ca.crt"),
+            access_key=ADMIN.access_key,
+            secret_key=ADMIN.secret_key,
+        ) as admin:
+            (master,) = await admin.masters()
+            await admin.create_topic(
+                master.master or "",
+                "ByAdminClient",
+                read_queues=2,
+                write_queues=2,
+                perm=6,
+                order=False,
+            )
+        assert broker.store.topics.get("ByAdminClient") is not None
+    # Options an admin client has no use for are refused by name.
+    with pytest.raises(ConfigError, match="instance_name: an admin client does not use"):
+        AdminClient("127.0.0.1:9876", instance_name="x")
+
+
+# ----------------------------------------------------------------------------- instances
+
+
+async def test_clients_share_an_instance_only_with_equal_settings(broker: EmbeddedBroker) -> None:
+    ns = broker.namesrv_addr
+    same = {"namesrv_addr": ns, "instance_name": "one-id"}
+    first = AsyncProducer("p-one", **same)
+    second = AsyncProducer("p-two", **same)
+    other = AsyncProducer("p-three", **same, mq_client_api_timeout=2500)
+    shared = AsyncProducer("p-four", client_options=other.client_options)
+    for producer in (first, second, other, shared):
+        await producer.start()
+    try:
+        assert first.client is second.client
+        assert other.client is shared.client
+        assert other.client is not first.client
+        assert other.client.client_id == first.client.client_id
+        # One group per client id, whatever the settings: a broker knows members by id.
+        consumers = [
+            AsyncPushConsumer("g-once", **same),
+            AsyncPushConsumer("g-once", **same, heartbeat_broker_interval=5000),
+        ]
+        for consumer in consumers:
+            consumer.subscribe("AnyTopic")
+            consumer.register_listener(lambda msgs: None)
+        await consumers[0].start()
+        try:
+            with pytest.raises(RmqkError, match=r"group\[g-once\] has been created before"):
+                await consumers[1].start()
+        finally:
+            await consumers[0].shutdown()
+    finally:
+        for producer in (first, second, other, shared):
+            await producer.shutdown()
