@@ -560,3 +560,97 @@ async def test_clients_share_an_instance_only_with_equal_settings(broker: Embedd
     finally:
         for producer in (first, second, other, shared):
             await producer.shutdown()
+
+
+# ----------------------------------------------------------------------------- per-client hooks
+
+
+class Recorder:
+    """A consume hook of one consumer: what it saw, before and after each batch."""
+
+    def __init__(self) -> None:
+        self.before: list[tuple[str, str, int]] = []
+        self.after: list[tuple[str, bool | None]] = []
+
+    def consume_message_before(self, context: Any) -> None:
+        self.before.append((context.consumer_group, context.queue.topic, len(context.messages)))
+
+    async def consume_message_after(self, context: Any) -> None:
+        self.after.append((context.consumer_group, context.success))
+
+
+async def test_a_consume_hook_registered_on_one_consumer_sees_only_its_batches(
+    broker: EmbeddedBroker,
+) -> None:
+    ns = broker.namesrv_addr
+    async with AsyncProducer("p-hooks", namesrv_addr=ns) as producer:
+        for i in range(20):
+            await producer.send(Message("HookA" if i % 2 else "HookB", body_of(i)))
+    recorders = {"a": Recorder(), "b": Recorder()}
+    tallies = {"a": Tally(), "b": Tally()}
+    consumers = []
+    for name, topic, service in (("a", "HookA", "concurrent"), ("b", "HookB", "orderly")):
+        consumer = AsyncPushConsumer(
+            f"g-hook-{name}",
+            namesrv_addr=ns,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_service=service,
+        )
+        consumer.subscribe(topic)
+        consumer.register_listener(tallies[name].record)
+        assert consumer.register_consume_message_hook(recorders[name]) is recorders[name]
+        consumers.append(consumer)
+    with pytest.raises(RmqkError, match="neither consume_message_before"):
+        consumers[0].register_consume_message_hook(object())
+    await asyncio.gather(*(c.start() for c in consumers))
+    try:
+        await wait_until(
+            lambda: tallies["a"].distinct >= 10 and tallies["b"].distinct >= 10, 30, "both topics"
+        )
+        await wait_until(
+            lambda: all(len(r.after) == len(r.before) for r in recorders.values()), 10, "afters"
+        )
+    finally:
+        await asyncio.gather(*(c.shutdown() for c in consumers))
+    for name, topic in (("a", "HookA"), ("b", "HookB")):
+        seen = recorders[name]
+        assert {(g, t) for g, t, _ in seen.before} == {(f"g-hook-{name}", topic)}
+        assert sum(n for _, _, n in seen.before) == tallies[name].delivered == 10
+        assert seen.after == [(f"g-hook-{name}", True)] * len(seen.before)
+
+
+class SendRecorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str | None]] = []
+
+    async def send_message_before(self, context: Any) -> None:
+        self.seen.append(("before", context.producer_group, context.topic))
+
+    def send_message_after(self, context: Any) -> None:
+        ok = context.send_result is not None and context.exception is None
+        self.seen.append(("after", context.producer_group, context.topic if ok else None))
+
+
+async def test_a_send_hook_registered_on_one_producer_sees_only_its_sends(
+    broker: EmbeddedBroker,
+) -> None:
+    ns = broker.namesrv_addr
+    recorders = [SendRecorder(), SendRecorder()]
+    async with (
+        AsyncProducer("p-hook-1", namesrv_addr=ns) as first,
+        AsyncProducer("p-hook-2", namesrv_addr=ns) as second,
+    ):
+        first.register_send_message_hook(recorders[0])
+        second.register_send_message_hook(recorders[1])
+        with pytest.raises(RmqkError, match="neither send_message_before"):
+            first.register_send_message_hook(object())
+        await asyncio.gather(
+            *(first.send(Message("SendHook1", body_of(i))) for i in range(3)),
+            *(second.send(Message("SendHook2", body_of(i))) for i in range(2)),
+        )
+    assert sorted(recorders[0].seen) == sorted(
+        [("before", "p-hook-1", "SendHook1"), ("after", "p-hook-1", "SendHook1")] * 3
+    )
+    assert sorted(recorders[1].seen) == sorted(
+        [("before", "p-hook-2", "SendHook2"), ("after", "p-hook-2", "SendHook2")] * 2
+    )

@@ -85,6 +85,7 @@ class AsyncPushConsumer(ConsumerMember):
         self._subscriptions: dict[str, tuple[str, ExpressionType]] = {}
         self.listener: Callable[..., Any] | None = None
         self.rebalance_listener: Callable[..., Any] | None = None
+        self._consume_hooks: list[Any] = []
         self.paused = False
         self.consume_service: ConsumeService
         self.invoker: ListenerInvoker
@@ -142,6 +143,27 @@ class AsyncPushConsumer(ConsumerMember):
         self.listener = listener
         return listener
 
+    def register_consume_message_hook(self, hook: Any) -> Any:
+        """Add a consume hook of this consumer only (Java's registerConsumeMessageHook).
+
+        ``hook`` has ``consume_message_before(context)`` and/or
+        ``consume_message_after(context)`` (plain or ``async def``), called around
+        each of this consumer's listener calls with the
+        :class:`~rmqk.contexts.ConsumeMessageContext` the process's
+        ``rmqk_consume_message_*`` plugin hooks receive, after them. Other clients of
+        the process never reach it. One that raises is logged; consuming goes on.
+        """
+        if not any(
+            callable(getattr(hook, m, None))
+            for m in ("consume_message_before", "consume_message_after")
+        ):
+            raise ClientError(
+                f"consume hook {hook!r} has neither consume_message_before(context) nor "
+                "consume_message_after(context)"
+            )
+        self._consume_hooks.append(hook)
+        return hook
+
     def register_rebalance_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
         """``listener(topic, all_queues, assigned)`` after each rebalance change (may be async).
 
@@ -177,7 +199,12 @@ class AsyncPushConsumer(ConsumerMember):
             opts, self.group, self.message_model, self.client
         )
         # Java's pool never grows past its core size (an unbounded queue).
-        self.invoker = ListenerInvoker(self.listener, self.group, opts.consume_thread_min)
+        self.invoker = ListenerInvoker(
+            self.listener,
+            self.group,
+            opts.consume_thread_min,
+            interceptors=self._consume_hooks,
+        )
         self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)
         if self.consume_orderly:

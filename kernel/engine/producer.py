@@ -205,6 +205,27 @@ class AsyncProducer:
         self.client: ClientInstance
         self._publish: dict[str, TopicPublishInfo] = {}
         self._owns_client = True
+        # This producer's own send hooks (register_send_message_hook).
+        self.send_hooks: list[Any] = []
+
+    def register_send_message_hook(self, hook: Any) -> Any:
+        """Add a send hook of this producer only (Java's registerSendMessageHook).
+
+        ``hook`` has ``send_message_before(context)`` and/or
+        ``send_message_after(context)`` (plain or ``async def``), called around each
+        send attempt of this producer with the :class:`~rmqk.contexts.SendMessageContext`
+        the ``rmqk_send_message_*`` plugin hooks receive, after them. Other clients of
+        the process never reach it. One that raises is logged; the send goes on.
+        """
+        if not any(
+            callable(getattr(hook, m, None)) for m in ("send_message_before", "send_message_after")
+        ):
+            raise ClientError(
+                f"send hook {hook!r} has neither send_message_before(context) nor "
+                "send_message_after(context)"
+            )
+        self.send_hooks.append(hook)
+        return hook
 
     async def start(self, client: ClientInstance | None = None) -> None:
         if self.state is not ServiceState.CREATE_JUST:

@@ -95,6 +95,10 @@ class PushConsumer:
     def unsubscribe(self, topic: str) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.unsubscribe, topic)
 
+    def register_consume_message_hook(self, hook: Any) -> Any:
+        """This consumer's own consume hook (see AsyncPushConsumer's)."""
+        return self._inner.register_consume_message_hook(hook)
+
     def register_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
         return self._inner.register_listener(listener)
 
@@ -259,6 +263,10 @@ class Producer:
     @property
     def inner(self) -> AsyncProducer:
         return self._inner
+
+    def register_send_message_hook(self, hook: Any) -> Any:
+        """This producer's own send hook (see AsyncProducer's)."""
+        return self._inner.register_send_message_hook(hook)
 
     def start(self) -> None:
         run_in_loop(self._inner.start())
