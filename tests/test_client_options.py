@@ -654,3 +654,39 @@ async def test_a_send_hook_registered_on_one_producer_sees_only_its_sends(
     assert sorted(recorders[1].seen) == sorted(
         [("before", "p-hook-2", "SendHook2"), ("after", "p-hook-2", "SendHook2")] * 2
     )
+
+
+# ----------------------------------------------------------------------------- trace
+
+
+async def test_the_trace_producer_signs_as_its_traced_client(tmp_path: Path) -> None:
+    from rmqk.plugins.remoting import acl as client_acl
+    from rmqk.plugins.trace.lookup import find_trace_messages, trace_views
+
+    acl_path = tmp_path / "plain_acl.toml"
+    acl_path.write_text(
+        ACL_TOML
+        + """
+[[accounts]]
+accessKey = "co-acct-t"
+secretKey = "t-SECRET-7006"
+defaultTopicPerm = "DENY"
+defaultGroupPerm = "DENY"
+topicPerms = ["TraceOrders=PUB", "RMQ_SYS_TRACE_TOPIC=PUB"]
+"""
+    )
+    async with EmbeddedBroker(tmp_path / "b", namesrv_port=0, broker_port=0, acl=acl_path) as b:
+        await create_topics_as_admin(b, "TraceOrders", "RMQ_SYS_TRACE_TOPIC")
+        # No process default: only the producer's own account can sign its traces.
+        async with AsyncProducer(
+            "p-traced",
+            namesrv_addr=b.namesrv_addr,
+            enable_msg_trace=True,
+            access_key="co-acct-t",
+            secret_key="t-SECRET-7006",
+        ) as producer:
+            sent = await producer.send(Message("TraceOrders", b"traced"))
+        client_acl.configure(ADMIN)  # to read the trace topic back
+        messages = await find_trace_messages([b.namesrv_addr], "RMQ_SYS_TRACE_TOPIC", sent.msg_id)
+        (pub,) = [v.context for v in trace_views(sent.msg_id, messages)]
+    assert pub.group_name == "p-traced"
