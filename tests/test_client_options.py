@@ -690,3 +690,54 @@ topicPerms = ["TraceOrders=PUB", "RMQ_SYS_TRACE_TOPIC=PUB"]
         messages = await find_trace_messages([b.namesrv_addr], "RMQ_SYS_TRACE_TOPIC", sent.msg_id)
         (pub,) = [v.context for v in trace_views(sent.msg_id, messages)]
     assert pub.group_name == "p-traced"
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def test_rmqk_status_reads_as_the_consumer_connects(
+    pki: Path, tmp_path: Path, broker_thread_factory: Any
+) -> None:
+    import json
+    import os
+
+    from cli_support import jsonl_consumer, rmqk
+
+    acl_path = tmp_path / "plain_acl.toml"
+    acl_path.write_text(ACL_TOML)
+    broker = broker_thread_factory(tls=server_tls(pki), acl=acl_path)
+    ns = broker.namesrv_addr
+
+    async def create() -> None:
+        transport = TcpTransport(
+            TransportConfig(
+                namesrv_addrs=(ns,),
+                client_id="127.0.0.1@co-admin",
+                credentials=ADMIN,
+                tls=ClientOptions(use_tls=True, tls_ca_file=str(pki / "ca.crt")).tls,
+            ),
+            get_plugin_manager().hook,
+        )
+        try:
+            await transport.create_topic(broker.broker.broker_addr, "TopicA", 2, 2, timeout_ms=3000)
+            await wait_until_route(transport, "TopicA")
+        finally:
+            await transport.close()
+
+    asyncio.run(create())
+    config = tmp_path / "status.toml"
+    config.write_text(
+        jsonl_consumer("watched", "g-a", ns, "TopicA", tmp_path / "out.jsonl")
+        + "use_tls = true\n"
+        + f'tls_ca_file = "{pki / "ca.crt"}"\n'
+        + f'access_key = "{ACCT_A.access_key}"\n'
+        + f'secret_key = "{ACCT_A.secret_key}"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RMQK_", "SSL_CERT"))}
+    result = rmqk("status", str(config), "--json", env=env)
+    # Nobody consumes yet (exit status 1), but the queues were read over TLS as account A.
+    assert result.returncode == 1, result.stderr
+    (status,) = json.loads(result.stdout)
+    assert [(q["topic"], q["queue"]) for q in status["queues"]] == [("TopicA", 0), ("TopicA", 1)]
+    assert "no consumer of group g-a is online" in status["problems"]
+    assert_no_secret(result.stdout, result.stderr)
