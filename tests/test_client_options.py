@@ -741,3 +741,81 @@ def test_rmqk_status_reads_as_the_consumer_connects(
     assert [(q["topic"], q["queue"]) for q in status["queues"]] == [("TopicA", 0), ("TopicA", 1)]
     assert "no consumer of group g-a is online" in status["problems"]
     assert_no_secret(result.stdout, result.stderr)
+
+
+class DropMarked:
+    """A filter hook of one consumer: drops the messages whose body starts with b"drop"."""
+
+    def __init__(self) -> None:
+        self.groups: set[str] = set()
+
+    async def filter_message(self, context: Any) -> None:
+        self.groups.add(context.consumer_group)
+        context.messages[:] = [m for m in context.messages if not m.body.startswith(b"drop")]
+
+
+def collector(into: list[bytes]) -> Any:
+    def collect(msgs: list[MessageExt]) -> None:
+        into.extend(bytes(m.body) for m in msgs)
+
+    return collect
+
+
+async def test_a_filter_hook_registered_on_one_consumer_filters_only_its_pulls(
+    broker: EmbeddedBroker,
+) -> None:
+    ns = broker.namesrv_addr
+    async with AsyncProducer("p-filter", namesrv_addr=ns) as producer:
+        for i in range(10):
+            body = b"drop-%d" % i if i % 2 else body_of(i)
+            await producer.send(Message("FilterT", body))
+    hook = DropMarked()
+    bodies: dict[str, list[bytes]] = {"hooked": [], "plain": []}
+    consumers = []
+    for name in bodies:
+        consumer = AsyncPushConsumer(
+            f"g-filter-{name}", namesrv_addr=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        )
+        consumer.subscribe("FilterT")
+        consumer.register_listener(collector(bodies[name]))
+        consumers.append(consumer)
+    assert consumers[0].register_filter_message_hook(hook) is hook
+    with pytest.raises(RmqkError, match="no filter_message"):
+        consumers[1].register_filter_message_hook(object())
+    await asyncio.gather(*(c.start() for c in consumers))
+    try:
+        await wait_until(lambda: len(bodies["plain"]) >= 10, 30, "every message, unfiltered")
+        await wait_until(lambda: len(bodies["hooked"]) >= 5, 30, "the unmarked messages")
+        await asyncio.sleep(0.5)
+    finally:
+        await asyncio.gather(*(c.shutdown() for c in consumers))
+    assert sorted(bodies["hooked"]) == sorted(body_of(i) for i in range(0, 10, 2))
+    assert len(bodies["plain"]) == 10
+    assert hook.groups == {"g-filter-hooked"}
+
+
+async def test_a_filter_hook_on_a_lite_pull_consumer_filters_its_fetches(
+    broker: EmbeddedBroker,
+) -> None:
+    ns = broker.namesrv_addr
+    async with AsyncProducer("p-lite-filter", namesrv_addr=ns) as producer:
+        for i in range(6):
+            await producer.send(Message("LiteFilterT", b"drop-x" if i % 2 else body_of(i)))
+    hook = DropMarked()
+    consumer = AsyncLitePullConsumer(
+        "g-lite-filter", namesrv_addr=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+    )
+    consumer.subscribe("LiteFilterT")
+    consumer.register_filter_message_hook(hook)
+    await consumer.start()
+    got: list[bytes] = []
+    try:
+        for _ in range(20):
+            got.extend(bytes(m.body) for m in await consumer.poll(500))
+            if len(got) >= 3:
+                break
+        got.extend(bytes(m.body) for m in await consumer.poll(500))
+    finally:
+        await consumer.shutdown()
+    assert sorted(got) == sorted(body_of(i) for i in range(0, 6, 2))
+    assert hook.groups == {"g-lite-filter"}

@@ -222,6 +222,7 @@ class AsyncPushConsumer(ConsumerMember):
             lite=False,
             on_subscription_missing=self.heartbeat_now,
             max_body_size=opts.max_decompressed_body_size,
+            filter_hooks=self._filter_hooks,
             stats=self.stats,
         )
         await self.consume_service.start()

@@ -95,6 +95,10 @@ class PushConsumer:
     def unsubscribe(self, topic: str) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.unsubscribe, topic)
 
+    def register_filter_message_hook(self, hook: Any) -> Any:
+        """This consumer's own filter hook (see ConsumerMember's)."""
+        return self._inner.register_filter_message_hook(hook)
+
     def register_consume_message_hook(self, hook: Any) -> Any:
         """This consumer's own consume hook (see AsyncPushConsumer's)."""
         return self._inner.register_consume_message_hook(hook)
@@ -179,6 +183,10 @@ class LitePullConsumer:
 
     def unsubscribe(self, topic: str) -> None:
         run_in_loop(_call(self._inner.unsubscribe, topic))
+
+    def register_filter_message_hook(self, hook: Any) -> Any:
+        """This consumer's own filter hook (see ConsumerMember's)."""
+        return self._inner.register_filter_message_hook(hook)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
         run_in_loop(_call(self._inner.assign, list(queues)))
