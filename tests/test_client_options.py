@@ -819,3 +819,15 @@ async def test_a_filter_hook_on_a_lite_pull_consumer_filters_its_fetches(
         await consumer.shutdown()
     assert sorted(got) == sorted(body_of(i) for i in range(0, 6, 2))
     assert hook.groups == {"g-lite-filter"}
+
+
+def test_the_blocking_twins_take_the_same_hooks() -> None:
+    push, lite, producer = PushConsumer("g-twin"), LitePullConsumer("g-twin"), Producer("p-twin")
+    consume, drop, send = Recorder(), DropMarked(), SendRecorder()
+    assert push.register_consume_message_hook(consume) is consume
+    assert push.register_filter_message_hook(drop) is drop
+    assert lite.register_filter_message_hook(drop) is drop
+    assert producer.register_send_message_hook(send) is send
+    assert push._inner._consume_hooks == [consume]
+    assert push._inner._filter_hooks == [drop] and lite._inner._filter_hooks == [drop]
+    assert producer._inner.send_hooks == [send]
