@@ -321,7 +321,6 @@ def _default_of(spec: OptionSpec) -> Any:
 
 
 CLIENT_OPTIONS: tuple[OptionSpec, ...] = tuple(option_specs(ClientOptions).values())
-CLIENT_OPTION_NAMES: frozenset[str] = frozenset(s.name for s in CLIENT_OPTIONS)
 
 _TLS_FILES = ("tls_ca_file", "tls_cert_file", "tls_key_file")
 
