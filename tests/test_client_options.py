@@ -831,3 +831,80 @@ def test_the_blocking_twins_take_the_same_hooks() -> None:
     assert push._inner._consume_hooks == [consume]
     assert push._inner._filter_hooks == [drop] and lite._inner._filter_hooks == [drop]
     assert producer._inner.send_hooks == [send]
+
+
+# ----------------------------------------------------------------------------- Spark source
+
+
+async def test_the_spark_source_reads_over_tls_with_its_own_account(
+    pki: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("pyspark")
+    from rmqk.plugins.spark.source import SourceOptions
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    acl_path = tmp_path / "plain_acl.toml"
+    acl_path.write_text(ACL_TOML)
+    async with EmbeddedBroker(
+        tmp_path / "b", namesrv_port=0, broker_port=0, tls=server_tls(pki), acl=acl_path
+    ) as broker:
+        secure = {"use_tls": True, "tls_ca_file": str(pki / "ca.crt")}
+        await create_topics_as_admin_tls(broker, secure, "TopicA")
+        async with AsyncProducer(
+            "p-spark", namesrv_addr=broker.namesrv_addr, **secure, **keys_of(ACCT_P)
+        ) as producer:
+            for i in range(5):
+                await producer.send(Message("TopicA", body_of(i)))
+        # Spark hands options over as text, its names case-insensitive.
+        options = SourceOptions.parse(
+            {
+                "namesrv": broker.namesrv_addr,
+                "topics": "TopicA",
+                "consumerGroup": "g-a",
+                "useTLS": "true",
+                "tlsCaFile": str(pki / "ca.crt"),
+                "accessKey": ACCT_A.access_key,
+                "secretKey": ACCT_A.secret_key,
+            },
+            streaming=False,
+        )
+        assert options.client.credentials == ACCT_A
+        assert_no_secret(repr(options))
+        async with options.reader() as reader:
+            queues = await reader.queues(options.topics)
+            bodies = []
+            for q in queues:
+                end = await reader.max_offset(q)
+                async for batch in reader.pull_range(q, 0, end):
+                    bodies.extend(bytes(m.body) for m in batch)
+        assert sorted(bodies) == sorted(body_of(i) for i in range(5))
+    # The client options are checked as ClientOptions checks them, by their Spark names.
+    with pytest.raises(ConfigError) as err:
+        SourceOptions.parse(
+            {"namesrv": "127.0.0.1:9876", "topics": "T", "tlsCaFile": str(pki / "ca.crt"),
+             "secretKey": "s-SECRET-7009"},
+            streaming=False,
+        )  # fmt: skip
+    assert {p.key for p in err.value.problems} == {"tlsCaFile", "accessKey"}
+    assert "s-SECRET-7009" not in str(err.value)
+
+
+async def create_topics_as_admin_tls(
+    broker: EmbeddedBroker, tls_options: dict[str, Any], *topics: str
+) -> None:
+    transport = TcpTransport(
+        TransportConfig(
+            namesrv_addrs=(broker.namesrv_addr,),
+            client_id="127.0.0.1@co-admin",
+            credentials=ADMIN,
+            tls=ClientOptions(**tls_options).tls,
+        ),
+        get_plugin_manager().hook,
+    )
+    try:
+        for topic in topics:
+            await transport.create_topic(broker.broker_addr, topic, 2, 2, timeout_ms=3000)
+        for topic in topics:
+            await wait_until_route(transport, topic)
+    finally:
+        await transport.close()
