@@ -450,7 +450,7 @@ class SourceOptionTable:
     )
     secret_key: str | None = option(
         OptionType.STR,
-        "Its secret key (secret_key); never shown (Spark's default redaction hides it too).",
+        "Its secret key (secret_key); rmqk never shows it.",
         None,
         name="secretKey",
         default_text="(none)",
@@ -459,7 +459,7 @@ class SourceOptionTable:
     )
     security_token: str | None = option(
         OptionType.STR,
-        "Security token sent with accessKey (security_token); never shown.",
+        "Security token sent with accessKey (security_token); rmqk never shows it.",
         None,
         name="securityToken",
         default_text="(none)",
