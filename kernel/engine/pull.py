@@ -15,8 +15,11 @@ consume service, or a poll buffer) stays with the consumer.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from rmqk.contexts import FilterMessageContext
 from rmqk.engine.client import ClientInstance, FindBrokerResult
@@ -168,6 +171,7 @@ class PullAPI:
         "batch_size",
         "client",
         "exception_delay_ms",
+        "filter_hooks",
         "group",
         "lite",
         "log",
@@ -195,8 +199,11 @@ class PullAPI:
         on_subscription_missing: Callable[[], None],
         max_body_size: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
         stats: ConsumerStats | None = None,
+        filter_hooks: list[Any] | None = None,
     ) -> None:
         self.client = client
+        # The consumer's own filter hooks (register_filter_message_hook), its list.
+        self.filter_hooks: list[Any] = filter_hooks if filter_hooks is not None else []
         self.group = group
         self.log = log
         self.batch_size = batch_size
@@ -333,7 +340,9 @@ class PullAPI:
         self, mq: MessageQueue, sub: SubscriptionData, result: PullResult
     ) -> list[MessageExt]:
         """The rest of :meth:`process` after :meth:`process_now` returned None."""
-        msgs = await filter_pulled(self.group, mq, sub, list(result.messages), self.unit_mode)
+        msgs = await filter_pulled(
+            self.group, mq, sub, list(result.messages), self.unit_mode, self.filter_hooks
+        )
         if msgs:
             stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
         return msgs
@@ -348,7 +357,7 @@ class PullAPI:
             self._report_skipped(mq, result)
         if result.status is not PullStatus.FOUND or not result.messages:
             return []
-        if self._filter.get_hookimpls():
+        if self.filter_hooks or self._filter.get_hookimpls():
             return None
         msgs = _by_tag(sub, list(result.messages))
         if msgs:
@@ -372,20 +381,41 @@ class PullAPI:
 
 
 async def filter_pulled(
-    group: str, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt], unit_mode: bool
+    group: str,
+    mq: MessageQueue,
+    sub: SubscriptionData,
+    msgs: list[MessageExt],
+    unit_mode: bool,
+    own_hooks: Sequence[Any] = (),
 ) -> list[MessageExt]:
     """The messages of one FOUND response the subscription really wants.
 
     The broker filters tags by their hash codes only, so two tags with the same
     Java ``hashCode`` both pass it: keep only messages whose tag is one of the
     subscription's (PullAPIWrapper.processPullResult). This step always runs.
-    Then the ``rmqk_filter_message`` hooks, only when some plugin implements one.
+    Then the ``rmqk_filter_message`` hooks, only when some plugin implements one,
+    and the consumer's own filter hooks (``own_hooks``), each ``filter_message(context)``.
     """
     msgs = _by_tag(sub, msgs)
-    if not get_plugin_manager().hook.rmqk_filter_message.get_hookimpls():
+    plugins = bool(get_plugin_manager().hook.rmqk_filter_message.get_hookimpls())
+    if not plugins and not own_hooks:
         return msgs
     ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
-    await call_event_hook("rmqk_filter_message", context=ctx)
+    if plugins:
+        await call_event_hook("rmqk_filter_message", context=ctx)
+    for hook in list(own_hooks):
+        # Logged and swallowed as the plugins' filter hooks are (a broken hook must not
+        # stop the pulls); what it removed before raising stays removed.
+        try:
+            result = hook.filter_message(ctx)
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logging.getLogger("rmqk.engine.pull").exception(
+                "filter hook %r of group %s failed", hook, group
+            )
     return ctx.messages
 
 

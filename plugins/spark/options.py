@@ -401,3 +401,68 @@ class SourceOptionTable:
         nullable=True,
         check=_namespace,
     )
+    # The client options of every client kind (rmqk.ClientOptions) that decide how the
+    # source reaches the cluster and as whom; checked together as ClientOptions does.
+    use_tls: bool = option(
+        OptionType.BOOL,
+        "Connect over TLS (the client option use_tls).",
+        False,
+        name="useTls",
+    )
+    tls_ca_file: str | None = option(
+        OptionType.PATH,
+        "CA certificates to verify the brokers against (tls_ca_file); needs useTls.",
+        None,
+        name="tlsCaFile",
+        default_text="(none: the system CA store)",
+        nullable=True,
+    )
+    tls_cert_file: str | None = option(
+        OptionType.PATH,
+        "Client certificate (tls_cert_file); needs useTls.",
+        None,
+        name="tlsCertFile",
+        default_text="(none)",
+        nullable=True,
+    )
+    tls_key_file: str | None = option(
+        OptionType.PATH,
+        "Key of tlsCertFile (tls_key_file).",
+        None,
+        name="tlsKeyFile",
+        default_text="(none)",
+        nullable=True,
+    )
+    tls_verify: bool = option(
+        OptionType.BOOL,
+        "Verify the brokers' certificates (tls_verify); false accepts any.",
+        True,
+        name="tlsVerify",
+    )
+    access_key: str | None = option(
+        OptionType.STR,
+        "ACL access key the source signs its requests with (access_key); unset, the "
+        "process defaults (RMQK_ACCESS_KEY / RMQK_SECRET_KEY) on each Spark process.",
+        None,
+        name="accessKey",
+        default_text="(none)",
+        nullable=True,
+    )
+    secret_key: str | None = option(
+        OptionType.STR,
+        "Its secret key (secret_key); rmqk never shows it.",
+        None,
+        name="secretKey",
+        default_text="(none)",
+        nullable=True,
+        secret=True,
+    )
+    security_token: str | None = option(
+        OptionType.STR,
+        "Security token sent with accessKey (security_token); rmqk never shows it.",
+        None,
+        name="securityToken",
+        default_text="(none)",
+        nullable=True,
+        secret=True,
+    )
