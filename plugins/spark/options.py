@@ -150,6 +150,22 @@ class SinkOptions:
         nullable=True,
         allowed=WRITERS,
     )
+    catalog_dir: str | None = option(
+        OptionType.STR,
+        "With table: the folder of the catalog the table is registered in, Spark's Hive "
+        "catalog with its embedded metastore (metastore_db, derby.log) beside its warehouse "
+        "(spark-warehouse), so that other Spark sessions find the table.",
+        None,
+        default_text="the working directory",
+        nullable=True,
+    )
+    spark_log: str = option(
+        OptionType.STR,
+        "File the JVM's own output (its stdout and stderr: startup notices, Spark's log) is "
+        "appended to when this sink starts the process's Spark session; empty: the terminal.",
+        "spark.log",
+        default_text="spark.log (in the working directory)",
+    )
     master: str = option(OptionType.STR, "Spark master of the process's session.", DEFAULT_MASTER)
     app_name: str = option(OptionType.STR, "Spark application name.", DEFAULT_APP_NAME)
     spark_conf: Mapping[str, str] = attrs.field(factory=_empty, hash=False)
@@ -276,6 +292,10 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
             "needs path: the commit log and staged files live beside the output "
             "(with table, the table is created over path)",
         )
+    if parsed.catalog_dir is not None and table is None:
+        problem("catalog_dir", "only used with table: the catalog the table is registered in")
+    if parsed.catalog_dir == "":
+        problem("catalog_dir", "must name a folder (leave it out for the working directory)")
     if parsed.writer == "arrow" and not problems:
         why = _arrow_problem(parsed)
         if why is not None:

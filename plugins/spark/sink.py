@@ -129,7 +129,14 @@ class OutputWriter(GroupCommitSink):
             from rmqk.plugins.spark.session import get_session
 
             opts = self.options
-            self.session = get_session(opts.master, opts.app_name, opts.spark_conf)
+            self.session = get_session(
+                opts.master,
+                opts.app_name,
+                opts.spark_conf,
+                catalog=bool(opts.table),
+                catalog_dir=opts.catalog_dir,
+                jvm_log=opts.spark_log or None,
+            )
             frames = FrameWriter(opts, self.session)
             frames.check()
             self._frames = frames
