@@ -126,3 +126,34 @@ def test_the_table_is_read_back_by_another_process(broker: Any, tmp_path: Path) 
     pandas_after = _python(snippets["pandas"], work)
     assert pandas_after.returncode == 0, pandas_after.stderr
     assert f"{ORDERS} rows" in pandas_after.stdout and "paid" in pandas_after.stdout
+
+
+def test_a_table_in_the_embedded_metastore_is_refused_with_processes(tmp_path: Path) -> None:
+    """docs/spark.md: each worker would start its own Spark, and Derby admits one."""
+    pytest.importorskip("pyspark")
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[consumers.orders]\n"
+        'group = "g-table-two"\n'
+        'namesrv_addr = "127.0.0.1:9876"\n'
+        'subscription = { Orders = "*" }\n'
+        "processes = 2\n"
+        'sink = "spark"\n'
+        '[consumers.orders.sink_options]\ntable = "orders_raw"\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("rmqk: error: worker orders#"), result.stderr
+    assert (
+        "table orders_raw with processes = 2: each worker process starts its own Spark, and "
+        "the embedded metastore admits one" in last
+    ), result.stderr
+    # Refused before any Spark started: no catalog, no JVM output.
+    assert not (tmp_path / "metastore_db").exists() and not (tmp_path / "spark.log").exists()
