@@ -157,3 +157,33 @@ def test_a_table_in_the_embedded_metastore_is_refused_with_processes(tmp_path: P
     ), result.stderr
     # Refused before any Spark started: no catalog, no JVM output.
     assert not (tmp_path / "metastore_db").exists() and not (tmp_path / "spark.log").exists()
+
+
+def test_catalog_options_are_checked_and_laid_out_in_one_folder(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from rmqk.errors import ConfigError
+    from rmqk.plugins.spark.options import parse_sink_options
+    from rmqk.plugins.spark.session import catalog_settings
+
+    defaults = parse_sink_options({"table": "t"})
+    assert defaults.catalog_dir is None and defaults.spark_log == "spark.log"
+    with pytest.raises(ConfigError, match="catalog_dir: only used with table"):
+        parse_sink_options({"path": "out", "catalog_dir": "cat"})
+    with pytest.raises(ConfigError, match="catalog_dir: must not be empty"):
+        parse_sink_options({"table": "t", "catalog_dir": ""})
+    with pytest.raises(ConfigError, match="spark_log: must be a file name, or false"):
+        parse_sink_options({"table": "t", "spark_log": ""})
+    assert parse_sink_options({"table": "t", "spark_log": False}).spark_log is None
+
+    folder = tmp_path / "cat"
+    settings, derby_home = catalog_settings(str(folder))
+    assert derby_home == str(folder)
+    assert settings == {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": f"{folder}/spark-warehouse",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={folder}/metastore_db;create=true"
+        ),
+    }
+    # Unset: the working directory, absolute, as the docs' readers give it.
+    assert catalog_settings(None)[1] == os.getcwd()

@@ -65,6 +65,14 @@ def _namespace(value: str) -> str:
     return value
 
 
+def _log_file(value: object) -> str | None:
+    if value is False:
+        return None
+    if isinstance(value, str) and value.strip():
+        return value
+    raise OptionInvalid(f"must be a file name, or false for the terminal, got {value!r}")
+
+
 def _positive_seconds(value: float) -> float:
     if value <= 0:
         raise OptionInvalid(f"must be greater than 0, got {value:g}")
@@ -159,12 +167,13 @@ class SinkOptions:
         default_text="the working directory",
         nullable=True,
     )
-    spark_log: str = option(
-        OptionType.STR,
+    spark_log: str | None = option(
+        OptionType.ANY,
         "File the JVM's own output (its stdout and stderr: startup notices, Spark's log) is "
-        "appended to when this sink starts the process's Spark session; empty: the terminal.",
+        "appended to when this sink starts the process's Spark session; false: the terminal.",
         "spark.log",
         default_text="spark.log (in the working directory)",
+        check=_log_file,
     )
     master: str = option(OptionType.STR, "Spark master of the process's session.", DEFAULT_MASTER)
     app_name: str = option(OptionType.STR, "Spark application name.", DEFAULT_APP_NAME)
@@ -294,8 +303,6 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
         )
     if parsed.catalog_dir is not None and table is None:
         problem("catalog_dir", "only used with table: the catalog the table is registered in")
-    if parsed.catalog_dir == "":
-        problem("catalog_dir", "must name a folder (leave it out for the working directory)")
     if parsed.writer == "arrow" and not problems:
         why = _arrow_problem(parsed)
         if why is not None:

@@ -135,7 +135,7 @@ class OutputWriter(GroupCommitSink):
                 opts.spark_conf,
                 catalog=bool(opts.table),
                 catalog_dir=opts.catalog_dir,
-                jvm_log=opts.spark_log or None,
+                jvm_log=opts.spark_log,
             )
             frames = FrameWriter(opts, self.session)
             frames.check()
