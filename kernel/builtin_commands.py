@@ -74,7 +74,11 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     print("Plugins:")
     for p in plugins:
-        origin = f"{p['distribution']} {p['version']}" if p["distribution"] else "(built into rmqk)"
+        origin = (
+            f"{p['distribution']} {p['version']}"
+            if p["distribution"]
+            else "(built into rmqk)"
+        )
         print(f"  {p['name']}  [{origin}]  {p['module']}")
         for hook in p["hooks"]:
             print(f"      {hook}")
