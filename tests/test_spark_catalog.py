@@ -187,3 +187,33 @@ def test_catalog_options_are_checked_and_laid_out_in_one_folder(tmp_path: Path) 
     }
     # Unset: the working directory, absolute, as the docs' readers give it.
     assert catalog_settings(None)[1] == os.getcwd()
+
+
+SINK_START = """
+import asyncio, sys
+from rmqk.plugins.spark.sink import SparkSink
+
+async def main():
+    sink = SparkSink({"path": "out", "writer": "spark", "master": "local[1]", **OPTIONS})
+    await sink.start()
+    await sink.close()
+    print("started", file=sys.stderr)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("spark_log", ["logs/jvm.log", False])
+def test_spark_log_names_where_the_jvm_output_goes(tmp_path: Path, spark_log: Any) -> None:
+    """A file (relative to the working directory), or false for the terminal."""
+    pytest.importorskip("pyspark")
+    code = SINK_START.replace("OPTIONS", repr({"spark_log": spark_log}))
+    done = _python(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.rstrip().endswith("started")
+    if spark_log:
+        assert "NativeCodeLoader" in (tmp_path / "logs" / "jvm.log").read_text()
+        assert done.stderr == "started\n"
+    else:
+        assert "NativeCodeLoader" in done.stderr
+        assert not (tmp_path / "spark.log").exists()
