@@ -34,6 +34,7 @@ from rmqk.model import (
     MessageQueue,
     PullResult,
     PullStatus,
+    ServiceState,
     SubscriptionData,
 )
 from rmqk.offsets_reset import OffsetsReset
@@ -61,7 +62,10 @@ _COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
 _SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
 _LITE_PULL_MESSAGE = int(PullSysFlag.LITE_PULL_MESSAGE)
 # Java logs a flow-control notice on the 1st, 1001st, ... time the consumer holds a
-# queue back (one counter per consumer, not per queue: queueFlowControlTimes).
+# queue back (one counter per consumer, not per queue: queueFlowControlTimes). Java
+# logs it at WARN; here it is INFO: holding queues back is how a consumer works through
+# a backlog (the thresholds doing their job), not something a person must act on. The
+# counts stay, for the summary line and ``rmqk status``.
 _NOTICE_EVERY = 1000
 
 
@@ -115,7 +119,10 @@ class FlowControl:
         return self.times + self.span_times
 
     def blocks(self, pq: ProcessQueue, mq: MessageQueue, buffered_batches: int = 0) -> bool:
-        """True when ``mq`` must wait :data:`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL`."""
+        """True when ``mq`` must wait :data:`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL`.
+
+        Each time is counted; one in :data:`_NOTICE_EVERY` is logged, at INFO.
+        """
         if self.all_messages is not None and (
             buffered_batches * self.batch_size > self.all_messages
         ):
@@ -124,7 +131,7 @@ class FlowControl:
             pq.flow_control_times += 1
             self.times += 1
             if self.times % _NOTICE_EVERY == 1:
-                self.log.warning(
+                self.log.info(
                     "the cached message count exceeds the threshold %d, so do flow control, "
                     "%s, count=%d",
                     self.count,
@@ -136,7 +143,7 @@ class FlowControl:
             pq.flow_control_times += 1
             self.times += 1
             if self.times % _NOTICE_EVERY == 1:
-                self.log.warning(
+                self.log.info(
                     "the cached message size exceeds the threshold %d MiB, so do flow control, "
                     "%s, size=%d MiB",
                     self.size_mib,
@@ -148,7 +155,7 @@ class FlowControl:
             pq.span_control_times += 1
             self.span_times += 1
             if self.span_times % _NOTICE_EVERY == 1:
-                self.log.warning(
+                self.log.info(
                     "the queue's messages span too long, so do flow control, %s, span=%d",
                     mq,
                     pq.max_span(),
@@ -314,9 +321,17 @@ class PullAPI:
         return self.client.transport.pull_message(found.broker_addr, header, self.timeout_ms)
 
     def delay_after(self, mq: MessageQueue, exc: RmqkError) -> int:
-        """The delay before pulling ``mq`` again after ``exc`` (logged)."""
+        """The delay before pulling ``mq`` again after ``exc`` (logged).
+
+        A WARNING while the client runs; DEBUG once the client is shutting down,
+        when a pull still under way fails because its transport was closed: that
+        is the stop itself, not a fault.
+        """
         if not mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            self.log.warning("execute the pull request exception for %s: %s", mq, exc)
+            if self.client.state is ServiceState.RUNNING:
+                self.log.warning("execute the pull request exception for %s: %s", mq, exc)
+            else:
+                self.log.debug("a pull of %s ended by the client's shutdown: %s", mq, exc)
         if isinstance(exc, BrokerError):
             if exc.code == ResponseCode.FLOW_CONTROL:
                 return PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL

@@ -65,6 +65,14 @@ def _namespace(value: str) -> str:
     return value
 
 
+def _log_file(value: object) -> str | None:
+    if value is False:
+        return None
+    if isinstance(value, str) and value.strip():
+        return value
+    raise OptionInvalid(f"must be a file name, or false for the terminal, got {value!r}")
+
+
 def _positive_seconds(value: float) -> float:
     if value <= 0:
         raise OptionInvalid(f"must be greater than 0, got {value:g}")
@@ -149,6 +157,23 @@ class SinkOptions:
         default_text="arrow for Parquet at path, else spark",
         nullable=True,
         allowed=WRITERS,
+    )
+    catalog_dir: str | None = option(
+        OptionType.STR,
+        "With table: the folder of the catalog the table is registered in, Spark's Hive "
+        "catalog with its embedded metastore (metastore_db, derby.log) beside its warehouse "
+        "(spark-warehouse), so that other Spark sessions find the table.",
+        None,
+        default_text="the working directory",
+        nullable=True,
+    )
+    spark_log: str | None = option(
+        OptionType.ANY,
+        "File the JVM's own output (its stdout and stderr: startup notices, Spark's log) is "
+        "appended to when this sink starts the process's Spark session; false: the terminal.",
+        "spark.log",
+        default_text="spark.log (in the working directory)",
+        check=_log_file,
     )
     master: str = option(OptionType.STR, "Spark master of the process's session.", DEFAULT_MASTER)
     app_name: str = option(OptionType.STR, "Spark application name.", DEFAULT_APP_NAME)
@@ -276,6 +301,8 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
             "needs path: the commit log and staged files live beside the output "
             "(with table, the table is created over path)",
         )
+    if parsed.catalog_dir is not None and table is None:
+        problem("catalog_dir", "only used with table: the catalog the table is registered in")
     if parsed.writer == "arrow" and not problems:
         why = _arrow_problem(parsed)
         if why is not None:
