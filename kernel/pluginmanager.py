@@ -93,11 +93,24 @@ class PluginDistribution:
     value: str
 
 
-_distributions: dict[str, PluginDistribution] = {}
-
-
 def plugin_distribution(name: str) -> PluginDistribution | None:
-    return _distributions.get(name)
+    """The distribution plugin ``name`` was loaded from (pluggy's record), if any."""
+    pm = get_plugin_manager()
+    plugin = pm.get_plugin(name)
+    if plugin is None:
+        return None
+    for loaded, dist in pm.list_plugin_distinfo():
+        if loaded is plugin:
+            value = next(
+                (
+                    ep.value
+                    for ep in dist.entry_points
+                    if ep.group == ENTRY_POINT_GROUP and ep.name == name
+                ),
+                "",
+            )
+            return PluginDistribution(name, dist.project_name, dist.version, value)
+    return None
 
 
 def _env_names(var: str) -> list[str]:
@@ -160,29 +173,38 @@ def _load_entry_points(pm: PluginManager) -> None:
     only = set(_env_names("RMQK_LOAD_PLUGINS"))
     for name in _env_names("RMQK_DISABLED_PLUGINS"):
         pm.set_blocked(name)
-    for dist in importlib.metadata.distributions():
-        for ep in dist.entry_points:
-            if ep.group != ENTRY_POINT_GROUP:
-                continue
-            dist_name = dist.metadata["name"]
-            wanted = ep.name in only or dist_name in only
-            if only and not wanted:
-                continue
-            if not only and not autoload:
-                continue
-            if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
-                continue
-            try:
-                plugin = ep.load()
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {ep.name!r} from distribution {dist_name} failed to load "
-                    f"({ep.value}): {exc}"
-                ) from exc
-            pm.register(plugin, name=ep.name)
-            _distributions[ep.name] = PluginDistribution(ep.name, dist_name, dist.version, ep.value)
+    if only:
+        # By entry-point name or distribution name; pluggy's loader selects by the first.
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.metadata["name"] if ep.dist is not None else None
+            if ep.name in only or dist in only:
+                _load(pm, ep.name)
+    elif autoload:
+        _load(pm, None)
     # A misspelt hook name (rmqk_register_sink) is an error, not an implementation never called.
     pm.check_pending()
+
+
+def _load(pm: PluginManager, name: str | None) -> None:
+    """pluggy's entry-point loader (all of rmqk's, or the one ``name``), with an error
+    naming the entry point that failed to import."""
+    try:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name)
+    except (PluginError, pluggy.PluginValidationError):
+        raise  # refused at registration: the message names the plugin
+    except Exception as exc:
+        # pluggy loads in this order and skips what is loaded or blocked: the first
+        # entry point left is the one that failed.
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if name not in (None, ep.name) or pm.get_plugin(ep.name) is not None:
+                continue
+            if pm.is_blocked(ep.name):
+                continue
+            dist = ep.dist.metadata["name"] if ep.dist is not None else "?"
+            raise PluginError(
+                f"plugin {ep.name!r} from distribution {dist} failed to load ({ep.value}): {exc}"
+            ) from exc
+        raise
 
 
 def get_plugin_manager() -> PluginManager:
@@ -206,7 +228,6 @@ def reset_plugin_manager() -> None:
     with _lock:
         _pm = None
         _registries = None
-        _distributions.clear()
 
 
 @attrs.frozen
