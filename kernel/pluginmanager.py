@@ -32,9 +32,9 @@ import pluggy
 from rmqk import hookspecs
 from rmqk.errors import PluginError
 from rmqk.hookcalls import (
-    PendingCall,
+    HookCallable,
     Registration,
-    adapt_impl,
+    plugin_calls,
     refuse_unsupported_impls,
     trace_to_stderr,
 )
@@ -132,17 +132,21 @@ class PluginManager(pluggy.PluginManager):
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
+        # plugin_calls' answers by hook name, until a plugin comes or goes.
+        self.plugin_callers: dict[str, list[tuple[str, HookCallable]]] = {}
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         refuse_unsupported_impls(self, plugin, name or self.get_canonical_name(plugin))
-        plugin_name = super().register(plugin, name)
-        if plugin_name is None:
-            return None  # blocked
-        for caller in self.get_hookcallers(plugin) or []:
-            for impl in caller.get_hookimpls():
-                if impl.plugin is plugin:
-                    adapt_impl(caller.name, impl)
-        return plugin_name
+        try:
+            return super().register(plugin, name)
+        finally:
+            self.plugin_callers.clear()
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.plugin_callers.clear()
 
     def check_pending(self) -> None:
         """pluggy's check, with an error that names the plugin, the hook and a likely fix."""
@@ -256,8 +260,8 @@ class Registry(Generic[V]):
         self._entries: dict[str, Entry[V]] = {}
 
     def _fill(self, pm: pluggy.PluginManager) -> None:
-        # rmqk's PluginManager hands each implementation this callable bound to its plugin.
-        getattr(pm.hook, self.hook_name)(register=Registration(self.add, self.kind))
+        register = Registration.for_hook(pm, self.hook_name, self.add, self.kind)
+        getattr(pm.hook, self.hook_name)(register=register)
 
     def add(self, name: str, factory: V, plugin: str) -> None:
         if not isinstance(name, str) or not name:
@@ -384,16 +388,18 @@ async def call_event_hook(
     """
     pm = pm or get_plugin_manager()
     results: list[Any] = []
-    for pending in getattr(pm.hook, name)(**kwargs):
+    calls = plugin_calls(pm, name)
+    if not calls:
+        # Called all the same, so that monitoring and tracing see the call.
+        getattr(pm.hook, name)(**kwargs)
+        return results
+    for plugin, call in calls:
         try:
-            # Calling directly rather than awaiting the PendingCall spares sync
-            # implementations a coroutine on this per-pull and per-batch path.
-            result = pending.call() if isinstance(pending, PendingCall) else pending
-            results.append(await await_me_maybe(result))
+            for result in call(**kwargs):
+                results.append(await await_me_maybe(result))
         except Exception:
             if not swallow:
                 raise
-            plugin = pending.plugin if isinstance(pending, PendingCall) else "?"
             log.exception("hook %s of plugin %s failed", name, plugin)
     return results
 
