@@ -343,3 +343,52 @@ def test_the_spark_source_refuses_an_unknown_transport_and_bad_transport_options
         {"record": "r"},
         True,
     )
+
+
+async def test_offsets_gone_by_retention_raise_or_are_skipped_with_a_warning(
+    broker_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.engine.reader import OffsetsGoneError, RangeReader, ReaderSettings
+    from rmqk.message import Message
+
+    every_hour = ";".join(str(h) for h in range(24))
+    broker = await broker_factory(
+        segment_size=16 * 1024,
+        max_message_size=8192,
+        file_reserved_time=0.0,
+        delete_when=every_hour,
+        clean_resource_interval=0.05,
+    )
+    await broker.create_topic("Old", queues=1)
+    async with AsyncProducer("old-pg", namesrv_addr=broker.namesrv_addr) as producer:
+        for i in range(120):
+            await producer.send(Message("Old", b"%06d" % i + b"z" * 400))
+    # Retention deletes every segment but the active one; then the queue's start is fixed.
+    for _ in range(200):
+        if len(broker.store.commit_log.segments) == 1:
+            break
+        await asyncio.sleep(0.05)
+    gone = broker.store.min_offset("Old", 0)
+    assert gone > 0
+    settings = ReaderSettings(namesrv_addrs=[broker.namesrv_addr], group="old-reader")
+    async with RangeReader.open(settings) as reader:
+        (mq,) = await reader.queues("Old")
+        end = await reader.max_offset(mq)
+        with pytest.raises(OffsetsGoneError) as info:
+            [m async for batch in reader.read(mq, 0, end) for m in batch]
+        assert (info.value.gap.first, info.value.gap.end, info.value.gap.deleted) == (0, gone, True)
+        assert f"offsets 0..{gone - 1} of " in str(info.value) and "deleted by retention" in str(
+            info.value
+        )
+        assert reader.skipped_gaps == 0
+        with caplog.at_level(logging.WARNING, "rmqk.engine.reader"):
+            got = [m async for batch in reader.read(mq, 0, end, skip_gaps=True) for m in batch]
+    assert [m.queue_offset for m in got] == list(range(gone, end))
+    assert (reader.skipped_gaps, reader.skipped_offsets) == (1, gone)
+    (warning,) = [r for r in caplog.records if r.name == "rmqk.engine.reader"]
+    assert warning.levelno == logging.WARNING and "skipping them (group old-reader)" in (
+        warning.getMessage()
+    )
