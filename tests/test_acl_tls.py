@@ -718,10 +718,15 @@ def test_the_spark_source_reads_over_tls_and_signs_its_requests(
             reader = RocketMQBatchReader(SourceOptions.parse(given, streaming=False))
             return [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
 
+        # Credentials from the environment, as a Spark executor gets them.
+        client_acl.configure(None)
+        monkeypatch.setenv("RMQK_ACCESS_KEY", USER.access_key)
+        monkeypatch.setenv("RMQK_SECRET_KEY", USER.secret_key)
         assert sorted(r["body"] for r in rows(useTLS="true")) == [body_of(i) for i in range(30)]
         with pytest.raises(ClientError, match=r"no name server answers.*connection"):
             rows()  # plain bytes on a TLS port
-        client_acl.configure(None)
+        monkeypatch.delenv("RMQK_ACCESS_KEY")
+        monkeypatch.delenv("RMQK_SECRET_KEY")
         with pytest.raises(BrokerError, match="No accessKey"):
             rows(useTLS="true")
     finally:
