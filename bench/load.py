@@ -1,7 +1,7 @@
 """Load the scenarios share: filling a topic, raw pulls, and a push consumer run to N.
 
 Raw pulls (:func:`raw_pull`) are the ``ceiling``: one pull of 32 in flight per
-queue, as the push consumer keeps, built by hand and sent through
+queue, as the push consumer keeps, with the range reader's headers sent through
 ``Transport.invoke`` so the response body is never decoded; the count of a
 response is ``nextBeginOffset`` minus the offset asked for.
 """
@@ -19,13 +19,15 @@ from typing import Any
 
 import attrs
 
-from bench.cluster import make_transport, queues_of
+from bench.cluster import queues_of
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
+from rmqk.engine.reader import RangeReader, ReaderSettings
 from rmqk.errors import RmqkError
 from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue
-from rmqk.protocol import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
+from rmqk.plugins.remoting.consumer_calls import pull_command
+from rmqk.protocol import ResponseCode
 
 __all__ = [
     "ConsumeRun",
@@ -119,53 +121,39 @@ class PullRun:
         return self.count / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def pull_request(group: str, mq: MessageQueue, offset: int, batch: int) -> RemotingCommand:
-    return RemotingCommand.request(
-        RequestCode.PULL_MESSAGE,
-        {
-            "consumerGroup": group,
-            "topic": mq.topic,
-            "queueId": mq.queue_id,
-            "queueOffset": offset,
-            "maxMsgNums": batch,
-            # The subscription bit lets the broker serve a group that sent no heartbeat.
-            "sysFlag": int(PullSysFlag.SUBSCRIPTION),
-            "commitOffset": 0,
-            "suspendTimeoutMillis": 0,
-            "subscription": "*",
-            "subVersion": 0,
-            "expressionType": "TAG",
-            "bname": mq.broker_name,
-        },
-    )
-
-
 async def raw_pull(
     namesrv_addr: str, topic: str, *, batch: int = 32, limit: int | None = None
 ) -> PullRun:
     """Pull every queue of ``topic`` from its first to its last offset, bodies undecoded.
 
-    ``limit`` stops after about that many messages in all.
+    The headers are the engine's range reader's (``RangeReader.request``), encoded by
+    the ``tcp`` transport (``pull_command``) and sent with ``invoke``, so the body is
+    never decoded. ``limit`` stops after about that many messages in all.
     """
-    transport = make_transport(namesrv_addr, request_timeout_ms=30_000)
-    await transport.start()
-    try:
+    settings = ReaderSettings(
+        namesrv_addrs=(namesrv_addr,),
+        group=f"bench_ceiling_{os.getpid()}",
+        timeout_ms=30_000,
+        instance_name="bench-ceiling",
+    )
+    async with RangeReader.open(settings) as reader:
+        transport = reader.client.transport
         queues = await queues_of(transport, topic)
         spans: list[tuple[MessageQueue, str, int, int]] = []
         for mq, addr in queues:
-            lo = await transport.get_min_offset(addr, mq, 5000)
-            hi = await transport.get_max_offset(addr, mq, 5000)
+            lo = await reader.min_offset(mq)
+            hi = await reader.max_offset(mq)
             spans.append((mq, addr, lo, hi))
         total = sum(hi - lo for _, _, lo, hi in spans)
         share = None if limit is None or total <= limit else limit / total
-        group = f"bench_ceiling_{os.getpid()}"
         counts = [0, 0]
 
         async def drain(mq: MessageQueue, addr: str, lo: int, hi: int) -> None:
             end = hi if share is None else lo + max(1, int((hi - lo) * share))
             offset = lo
             while offset < end:
-                response = await transport.invoke(addr, pull_request(group, mq, offset, batch))
+                request = pull_command(reader.request(mq, offset, batch))
+                response = await transport.invoke(addr, request)
                 if response.code != ResponseCode.SUCCESS:
                     raise RmqkError(
                         f"raw pull of {mq} at offset {offset} answered code {response.code} "
@@ -179,8 +167,6 @@ async def raw_pull(
         started = time.perf_counter()
         await asyncio.gather(*(drain(*span) for span in spans))
         return PullRun(counts[0], counts[1], time.perf_counter() - started)
-    finally:
-        await transport.close()
 
 
 @attrs.frozen

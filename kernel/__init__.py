@@ -39,6 +39,8 @@ _LAZY = {
     "AsyncTransactionProducer": "rmqk.engine.transaction",
     "LocalTransactionState": "rmqk.engine.transaction",
     "TransactionSendResult": "rmqk.engine.transaction",
+    "RangeReader": "rmqk.engine.reader",
+    "ReaderSettings": "rmqk.engine.reader",
 }
 
 
@@ -74,6 +76,8 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "RangeReader",
+    "ReaderSettings",
     "RemotingError",
     "RmqkError",
     "SubscriptionData",

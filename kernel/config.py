@@ -3,8 +3,9 @@
 A file holds ``[consumers.<name>]`` tables; each names its group, name servers,
 subscriptions, the plugins it is composed of (allocation strategy, offset store,
 transport, consume service, sink) with their option tables, and any option of
-:mod:`rmqk.options`. Other top-level tables belong to plugins, which read them
-through the historic ``rmqk_configure`` hook (:func:`announce_config`).
+:mod:`rmqk.options`. Other top-level tables belong to plugins, which check them
+in ``rmqk_check_config`` (:func:`check_config_tables`) and read and apply them in
+the historic ``rmqk_configure`` hook (:func:`announce_config`).
 
 :func:`load_config` reports every mistake in a file at once, in one
 :class:`~rmqk.errors.ConfigError`, each naming the file, the table and the key and
@@ -19,7 +20,7 @@ import json
 import os
 import time
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -61,6 +62,7 @@ __all__ = [
     "Config",
     "ConsumerSpec",
     "announce_config",
+    "check_config_tables",
     "describe_config",
     "load_config",
 ]
@@ -230,6 +232,31 @@ def load_config(path: str | os.PathLike[str], *, check_plugins: bool = True) -> 
     return Config(path=where, consumers=tuple(consumers), document=frozen)
 
 
+def check_config_tables(config: Config) -> list[ConfigProblem]:
+    """Every problem the plugins' ``rmqk_check_config`` find in their tables.
+
+    Each plugin is called on its own, so one plugin's problems do not hide
+    another's; paths in angle brackets are replaced with the config's path.
+    """
+    from rmqk.hookcalls import plugin_calls
+    from rmqk.pluginmanager import get_plugin_manager
+
+    problems: list[ConfigProblem] = []
+    for _plugin, call in plugin_calls(get_plugin_manager(), "rmqk_check_config"):
+        try:
+            call(config=config.document)
+        except ConfigError as exc:
+            problems.extend(_rehome(config, exc.problems))
+    return problems
+
+
+def _rehome(config: Config, problems: Iterable[ConfigProblem]) -> list[ConfigProblem]:
+    return [
+        ConfigProblem(config.path if p.path.startswith("<") else p.path, p.table, p.key, p.message)
+        for p in problems
+    ]
+
+
 def announce_config(config: Config) -> None:
     """Hand the document to every plugin's ``rmqk_configure``, now and when registered later.
 
@@ -242,14 +269,7 @@ def announce_config(config: Config) -> None:
     try:
         get_plugin_manager().hook.rmqk_configure.call_historic(kwargs={"config": config.document})
     except ConfigError as exc:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    config.path if p.path.startswith("<") else p.path, p.table, p.key, p.message
-                )
-                for p in exc.problems
-            ]
-        ) from None
+        raise ConfigError(_rehome(config, exc.problems)) from None
 
 
 def _read_toml(path: str) -> dict[str, Any]:

@@ -1,21 +1,19 @@
 """How rmqk's hooks run through pluggy: awaited event hooks, attributed registrations, tracing.
 
-Every hook is called through ``pm.hook``, so pluggy's ordering, hook-call
-monitoring and tracing see each call. Two kinds of hook need more than a plain
-call, and :class:`rmqk.pluginmanager.PluginManager` adapts their implementations
-once, when a plugin is registered:
+Every hook is called through pluggy's public calling (``pm.hook`` and
+``subset_hook_caller``), so pluggy's ordering, hook-call monitoring and tracing
+see each call, and no implementation is rewritten. Two kinds of hook are called
+one plugin at a time (:func:`plugin_calls`), in pluggy's order:
 
-* Awaited event hooks (:data:`rmqk.hookspecs.AWAITED_HOOKS`). Each implementation
-  returns a :class:`PendingCall` instead of running, and the kernel awaits them
-  one after the other, in pluggy's order. So an ``async def`` implementation
-  finishes before the next one starts (a plain ``pm.hook`` call would run every
+* Awaited event hooks (:data:`rmqk.hookspecs.AWAITED_HOOKS`). Each plugin's call
+  is awaited before the next plugin's starts, so an ``async def`` implementation
+  finishes before the next one runs (a single ``pm.hook`` call would run every
   sync implementation before any coroutine), and one that raises is logged
-  while the others still run, as Java's hook lists do. Hook wrappers cannot
-  surround calls that happen after the hook call returned, so they are refused
-  for these hooks.
-* Registration hooks (``rmqk_register_*``). Each implementation receives the
-  ``register`` callable bound to its own plugin, so a duplicate name can name
-  both plugins although all of them run in one ``pm.hook`` call.
+  while the others still run, as Java's hook lists do. A hook wrapper would
+  surround only its own plugin's call, so wrappers are refused for these hooks.
+* Registration hooks (``rmqk_register_*``). Each plugin's call receives a
+  ``register`` callable bound to that plugin, so a duplicate name can name
+  both plugins.
 
 A sync hook called on a hot path (``rmqk_before_request``, once per request sent)
 may be skipped while it has nothing to do: an implementation marked with
@@ -26,10 +24,10 @@ a few microseconds; the check, a fraction of one.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import CodeType
 from typing import Any, TypeVar
 
 import pluggy
@@ -39,11 +37,11 @@ from rmqk.errors import PluginError
 
 __all__ = [
     "IDLE_ATTRIBUTE",
-    "PendingCall",
+    "HookCallable",
     "Registration",
-    "adapt_impl",
     "all_idle",
     "idle_when",
+    "plugin_calls",
     "refuse_unsupported_impls",
     "trace_to_stderr",
 ]
@@ -53,6 +51,8 @@ REGISTRATION_PREFIX = "rmqk_register_"
 IDLE_ATTRIBUTE = "rmqk_idle"
 
 F = TypeVar("F", bound=Callable[..., Any])
+# A hook caller restricted to one plugin (pluggy's HookCaller or its subset).
+HookCallable = Callable[..., list[Any]]
 
 
 def idle_when(predicate: Callable[[], bool]) -> Callable[[F], F]:
@@ -86,63 +86,63 @@ def all_idle(caller: pluggy.HookCaller) -> bool:
 class Registration:
     """The ``register`` argument of a registration hook call.
 
-    Each implementation receives a copy bound to its own plugin, so what it
-    registers is recorded under that plugin's name.
+    One hook call reaches every implementation (a hook wrapper surrounds them
+    all); what each registers is recorded under its own plugin's name, found by
+    the implementation's code on the call stack (and, for a method shared by two
+    registered instances, by its ``self``). No implementation is rewritten.
     """
 
-    __slots__ = ("_add", "kind", "plugin")
+    __slots__ = ("_add", "_owners", "kind", "plugin")
 
     def __init__(
-        self, add: Callable[[str, Any, str], None], kind: str, plugin: str = "(unknown plugin)"
+        self,
+        add: Callable[[str, Any, str], None],
+        kind: str,
+        plugin: str = "(unknown plugin)",
+        owners: Mapping[CodeType, Sequence[tuple[object, str]]] | None = None,
     ) -> None:
         self._add = add
         self.kind = kind
         self.plugin = plugin
+        self._owners = owners or {}
+
+    @classmethod
+    def for_hook(
+        cls, pm: pluggy.PluginManager, hook: str, add: Callable[[str, Any, str], None], kind: str
+    ) -> Registration:
+        """The ``register`` to call ``hook`` with: it knows each implementation's plugin."""
+        owners: dict[CodeType, list[tuple[object, str]]] = {}
+        for impl in getattr(pm.hook, hook).get_hookimpls():
+            code = getattr(inspect.unwrap(impl.function), "__code__", None)
+            if isinstance(code, CodeType):
+                owners.setdefault(code, []).append((impl.plugin, impl.plugin_name))
+        return cls(add, kind, owners=owners)
 
     def __call__(self, name: str, value: Any) -> None:
-        self._add(name, value, self.plugin)
+        self._add(name, value, self._caller())
 
-    def for_plugin(self, plugin: str) -> Registration:
-        return Registration(self._add, self.kind, plugin)
-
-    def __repr__(self) -> str:
-        return f"<register {self.kind} for plugin {self.plugin!r}>"
-
-
-class PendingCall:
-    """One implementation of an awaited event hook, called when awaited."""
-
-    __slots__ = ("args", "function", "hook", "kwargs", "plugin")
-
-    def __init__(
-        self,
-        hook: str,
-        plugin: str,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        self.hook = hook
-        self.plugin = plugin
-        self.function = function
-        self.args = args
-        self.kwargs = kwargs
-
-    def call(self) -> Any:
-        """Run the implementation; its result, awaitable when it is ``async def``."""
-        return self.function(*self.args, **self.kwargs)
-
-    async def run(self) -> Any:
-        result = self.call()
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self.run().__await__()
+    def _caller(self) -> str:
+        """The plugin whose implementation is on the stack, nearest first."""
+        if not self._owners:
+            return self.plugin
+        frame = inspect.currentframe()
+        try:
+            while frame is not None:
+                owners = self._owners.get(frame.f_code)
+                if owners:
+                    if len(owners) == 1:
+                        return owners[0][1]
+                    this = frame.f_locals.get("self")
+                    for plugin, name in owners:
+                        if plugin is this:
+                            return name
+                frame = frame.f_back
+        finally:
+            del frame  # no reference cycle through the frame
+        return self.plugin
 
     def __repr__(self) -> str:
-        return f"<pending {self.hook} of plugin {self.plugin!r}>"
+        return f"<register {self.kind}>"
 
 
 def _impls_of(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, str, Mapping[str, Any]]]:
@@ -174,43 +174,33 @@ def refuse_unsupported_impls(pm: pluggy.PluginManager, plugin: object, plugin_na
             )
 
 
-def _defer(hook: str, impl: pluggy.HookImpl) -> Callable[..., PendingCall]:
-    function = impl.function
-    plugin = impl.plugin_name
+def plugin_calls(pm: pluggy.PluginManager, hook: str) -> list[tuple[str, HookCallable]]:
+    """A caller of each plugin's implementations of ``hook`` alone, in pluggy's call order
+    (the last registered first, ``tryfirst``/``trylast`` honoured), with the plugin's name.
 
-    @functools.wraps(function)
-    def pending(*args: Any, **kwargs: Any) -> PendingCall:
-        return PendingCall(hook, plugin, function, args, kwargs)
-
-    return pending
-
-
-def _bind_register(impl: pluggy.HookImpl) -> Callable[..., Any]:
-    function = impl.function
-    plugin = impl.plugin_name
-
-    def bind(value: Any) -> Any:
-        return value.for_plugin(plugin) if isinstance(value, Registration) else value
-
-    # A wrapper impl returns its generator from here unchanged, for pluggy to drive.
-    @functools.wraps(function)
-    def bound(*args: Any, **kwargs: Any) -> Any:
-        return function(*map(bind, args), **{k: bind(v) for k, v in kwargs.items()})
-
-    return bound
-
-
-def adapt_impl(hook: str, impl: pluggy.HookImpl) -> None:
-    """Give ``impl`` the calling convention its hook needs (see the module docstring)."""
-    if hook in hookspecs.AWAITED_HOOKS:
-        adapted = _defer(hook, impl)
-    elif hook.startswith(REGISTRATION_PREFIX):
-        adapted = _bind_register(impl)
-    else:
-        return
-    # pluggy reads ``function`` at each call and took the argument names from the
-    # original at registration; the adapted function takes the same arguments.
-    setattr(impl, "function", adapted)  # noqa: B010  (typed Final in pluggy)
+    Built with pluggy's ``subset_hook_caller``, so each call goes through pluggy's
+    calling, monitoring and tracing. rmqk's PluginManager keeps the answer until a
+    plugin is registered or unregistered.
+    """
+    cache: dict[str, list[tuple[str, HookCallable]]] | None = getattr(pm, "plugin_callers", None)
+    if cache is not None:
+        known = cache.get(hook)
+        if known is not None:
+            return known
+    plugins: list[object] = []
+    names: list[str] = []
+    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
+        if not any(impl.plugin is p for p in plugins):
+            plugins.append(impl.plugin)
+            names.append(impl.plugin_name)
+    everyone = [p for _, p in pm.list_name_plugin() if p is not None]
+    calls: list[tuple[str, HookCallable]] = [
+        (name, pm.subset_hook_caller(hook, [p for p in everyone if p is not plugin]))
+        for name, plugin in zip(names, plugins, strict=True)
+    ]
+    if cache is not None:
+        cache[hook] = calls
+    return calls
 
 
 def trace_to_stderr(pm: pluggy.PluginManager) -> Callable[[], None]:

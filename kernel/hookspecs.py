@@ -283,11 +283,28 @@ def rmqk_queues_changed(
     """
 
 
+@hookspec
+def rmqk_check_config(config: Mapping[str, Any]) -> None:
+    """Check a plugin's own tables of the config file, acting on nothing.
+
+    Called by ``rmqk check``, and by ``rmqk run`` before ``rmqk_configure``, with
+    the TOML document as a read-only mapping. An implementation raises
+    :class:`rmqk.errors.ConfigError` for a bad table (naming the file
+    ``"<config>"``: rmqk puts in the path) and keeps and applies nothing, so a
+    check leaves no state behind in a process that goes on to run consumers
+    (pytest separates ``pytest_addoption`` from ``pytest_configure`` alike). Every
+    implementation runs; their problems are reported together. The return value
+    is ignored. Sync only.
+    """
+
+
 @hookspec(historic=True)
 def rmqk_configure(config: Mapping[str, Any]) -> None:
-    """Give plugins the whole parsed config file, so they can read their own tables.
+    """Give plugins the whole parsed config file, so they can read their own tables
+    and act on them.
 
-    Historic: a plugin registered after the call still receives it. ``config`` is
-    the TOML document as a read-only mapping. The return value is ignored. Sync
-    only.
+    Called by ``rmqk run`` (not by ``rmqk check``) once ``rmqk_check_config``
+    found no problem. Historic: a plugin registered after the call still receives
+    it. ``config`` is the TOML document as a read-only mapping. The return value
+    is ignored. Sync only.
     """

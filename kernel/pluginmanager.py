@@ -32,9 +32,9 @@ import pluggy
 from rmqk import hookspecs
 from rmqk.errors import PluginError
 from rmqk.hookcalls import (
-    PendingCall,
+    HookCallable,
     Registration,
-    adapt_impl,
+    plugin_calls,
     refuse_unsupported_impls,
     trace_to_stderr,
 )
@@ -93,11 +93,24 @@ class PluginDistribution:
     value: str
 
 
-_distributions: dict[str, PluginDistribution] = {}
-
-
 def plugin_distribution(name: str) -> PluginDistribution | None:
-    return _distributions.get(name)
+    """The distribution plugin ``name`` was loaded from (pluggy's record), if any."""
+    pm = get_plugin_manager()
+    plugin = pm.get_plugin(name)
+    if plugin is None:
+        return None
+    for loaded, dist in pm.list_plugin_distinfo():
+        if loaded is plugin:
+            value = next(
+                (
+                    ep.value
+                    for ep in dist.entry_points
+                    if ep.group == ENTRY_POINT_GROUP and ep.name == name
+                ),
+                "",
+            )
+            return PluginDistribution(name, dist.project_name, dist.version, value)
+    return None
 
 
 def _env_names(var: str) -> list[str]:
@@ -119,17 +132,21 @@ class PluginManager(pluggy.PluginManager):
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
+        # plugin_calls' answers by hook name, until a plugin comes or goes.
+        self.plugin_callers: dict[str, list[tuple[str, HookCallable]]] = {}
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         refuse_unsupported_impls(self, plugin, name or self.get_canonical_name(plugin))
-        plugin_name = super().register(plugin, name)
-        if plugin_name is None:
-            return None  # blocked
-        for caller in self.get_hookcallers(plugin) or []:
-            for impl in caller.get_hookimpls():
-                if impl.plugin is plugin:
-                    adapt_impl(caller.name, impl)
-        return plugin_name
+        try:
+            return super().register(plugin, name)
+        finally:
+            self.plugin_callers.clear()
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.plugin_callers.clear()
 
     def check_pending(self) -> None:
         """pluggy's check, with an error that names the plugin, the hook and a likely fix."""
@@ -160,29 +177,38 @@ def _load_entry_points(pm: PluginManager) -> None:
     only = set(_env_names("RMQK_LOAD_PLUGINS"))
     for name in _env_names("RMQK_DISABLED_PLUGINS"):
         pm.set_blocked(name)
-    for dist in importlib.metadata.distributions():
-        for ep in dist.entry_points:
-            if ep.group != ENTRY_POINT_GROUP:
-                continue
-            dist_name = dist.metadata["name"]
-            wanted = ep.name in only or dist_name in only
-            if only and not wanted:
-                continue
-            if not only and not autoload:
-                continue
-            if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
-                continue
-            try:
-                plugin = ep.load()
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {ep.name!r} from distribution {dist_name} failed to load "
-                    f"({ep.value}): {exc}"
-                ) from exc
-            pm.register(plugin, name=ep.name)
-            _distributions[ep.name] = PluginDistribution(ep.name, dist_name, dist.version, ep.value)
+    if only:
+        # By entry-point name or distribution name; pluggy's loader selects by the first.
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.metadata["name"] if ep.dist is not None else None
+            if ep.name in only or dist in only:
+                _load(pm, ep.name)
+    elif autoload:
+        _load(pm, None)
     # A misspelt hook name (rmqk_register_sink) is an error, not an implementation never called.
     pm.check_pending()
+
+
+def _load(pm: PluginManager, name: str | None) -> None:
+    """pluggy's entry-point loader (all of rmqk's, or the one ``name``), with an error
+    naming the entry point that failed to import."""
+    try:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name)
+    except (PluginError, pluggy.PluginValidationError):
+        raise  # refused at registration: the message names the plugin
+    except Exception as exc:
+        # pluggy loads in this order and skips what is loaded or blocked: the first
+        # entry point left is the one that failed.
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if name not in (None, ep.name) or pm.get_plugin(ep.name) is not None:
+                continue
+            if pm.is_blocked(ep.name):
+                continue
+            dist = ep.dist.metadata["name"] if ep.dist is not None else "?"
+            raise PluginError(
+                f"plugin {ep.name!r} from distribution {dist} failed to load ({ep.value}): {exc}"
+            ) from exc
+        raise
 
 
 def get_plugin_manager() -> PluginManager:
@@ -206,7 +232,6 @@ def reset_plugin_manager() -> None:
     with _lock:
         _pm = None
         _registries = None
-        _distributions.clear()
 
 
 @attrs.frozen
@@ -235,8 +260,8 @@ class Registry(Generic[V]):
         self._entries: dict[str, Entry[V]] = {}
 
     def _fill(self, pm: pluggy.PluginManager) -> None:
-        # rmqk's PluginManager hands each implementation this callable bound to its plugin.
-        getattr(pm.hook, self.hook_name)(register=Registration(self.add, self.kind))
+        register = Registration.for_hook(pm, self.hook_name, self.add, self.kind)
+        getattr(pm.hook, self.hook_name)(register=register)
 
     def add(self, name: str, factory: V, plugin: str) -> None:
         if not isinstance(name, str) or not name:
@@ -363,16 +388,18 @@ async def call_event_hook(
     """
     pm = pm or get_plugin_manager()
     results: list[Any] = []
-    for pending in getattr(pm.hook, name)(**kwargs):
+    calls = plugin_calls(pm, name)
+    if not calls:
+        # Called all the same, so that monitoring and tracing see the call.
+        getattr(pm.hook, name)(**kwargs)
+        return results
+    for plugin, call in calls:
         try:
-            # Calling directly rather than awaiting the PendingCall spares sync
-            # implementations a coroutine on this per-pull and per-batch path.
-            result = pending.call() if isinstance(pending, PendingCall) else pending
-            results.append(await await_me_maybe(result))
+            for result in call(**kwargs):
+                results.append(await await_me_maybe(result))
         except Exception:
             if not swallow:
                 raise
-            plugin = pending.plugin if isinstance(pending, PendingCall) else "?"
             log.exception("hook %s of plugin %s failed", name, plugin)
     return results
 

@@ -1,14 +1,15 @@
 """What ``rmqk run`` builds before it connects, built alone: one validation path.
 
-``rmqk check`` and ``rmqk run`` both call :func:`preflight`, so a file that
-``check`` accepts is one ``run`` can start. For every consumer it builds what
+``rmqk check`` and ``rmqk run`` run the same checks (:func:`check`), so a file
+that ``check`` accepts is one ``run`` can start. For every consumer it builds what
 the consumer would be made of, short of connecting: the sink (its factory
 checks its options and imports its functions), the allocation strategy, the
 offset store (not loaded) and the consume service's options. Every problem is
 reported at once, each naming the file, the table and the key.
 
-``rmqk check`` calls :func:`check`, which undoes on return what the plugins
-configured from the file, so an in-process check leaves no state behind.
+``rmqk check`` calls :func:`check`: the plugins only check their tables
+(``rmqk_check_config``), so an in-process check configures nothing. ``rmqk run``
+calls :func:`preflight`, which then hands the file to ``rmqk_configure``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
-from rmqk.config import Config, ConsumerSpec, announce_config
+from rmqk.config import Config, ConsumerSpec, announce_config, check_config_tables
 from rmqk.consume_host import factory_option_specs, parse_service_options
 from rmqk.contracts import OffsetStoreContext
 from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.options import Where, rehome
 from rmqk.optionspec import plugin_option_problems
-from rmqk.pluginmanager import get_plugin_manager, registries
+from rmqk.pluginmanager import registries
 from rmqk.transport import Transport
 
 __all__ = ["check", "preflight", "preflight_problems", "sink_step"]
@@ -45,52 +46,28 @@ class _Unconnected:
 
 
 def preflight(config: Config, specs: Iterable[ConsumerSpec] | None = None) -> None:
-    """Raise one :class:`ConfigError` listing every problem ``rmqk run`` would meet."""
+    """``rmqk run``'s validation: raise one :class:`ConfigError` listing every problem
+    :func:`check` finds, else hand the file to the plugins' ``rmqk_configure``."""
+    check(config, specs)
+    announce_config(config)
+
+
+def check(config: Config, specs: Iterable[ConsumerSpec] | None = None) -> None:
+    """Raise one :class:`ConfigError` listing every problem ``rmqk run`` would meet.
+
+    Plugins only check their tables here (``rmqk_check_config``): nothing is
+    configured, so an in-process check leaves no state behind.
+    """
     problems = preflight_problems(config, specs)
     if problems:
         raise ConfigError(problems)
-
-
-def check(config: Config) -> None:
-    """:func:`preflight`, leaving the process's plugins as they were before it."""
-    with _configuration_undone():
-        preflight(config)
-
-
-@contextlib.contextmanager
-def _configuration_undone() -> Iterator[None]:
-    """Undo, on leaving, the plugins registered and the config announced inside.
-
-    Plugins read their tables in ``rmqk_configure`` to validate them, and may act on
-    them there: the prometheus plugin registers its consume hooks, which take every
-    consumer of the process off its hook-free path. And the hook is historic, so
-    pluggy would hand the checked file to every plugin registered later. A check
-    run in a process that goes on to run consumers must leave neither behind.
-    """
-    pm = get_plugin_manager()
-    before = {name for name, _ in pm.list_name_plugin()}
-    # pluggy has no public way to forget a historic call; its record is this list.
-    history = pm.hook.rmqk_configure._call_history
-    announced = len(history) if history is not None else 0
-    try:
-        yield
-    finally:
-        for name, _ in pm.list_name_plugin():
-            if name not in before:
-                pm.unregister(name=name)
-        if history is not None:
-            del history[announced:]
 
 
 def preflight_problems(
     config: Config, specs: Iterable[ConsumerSpec] | None = None
 ) -> list[ConfigProblem]:
     """Every problem of the plugins' tables and of each consumer's composition."""
-    problems: list[ConfigProblem] = []
-    try:
-        announce_config(config)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
+    problems = check_config_tables(config)
     for spec in config.consumers if specs is None else specs:
         problems.extend(_consumer_problems(config.path, spec))
     return problems

@@ -26,7 +26,14 @@ from test_faults_support import Tally, body_of, wait_until
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
-from rmqk.errors import BrokerError, ConfigError, RemotingConnectError, RemotingError, RmqkError
+from rmqk.errors import (
+    BrokerError,
+    ClientError,
+    ConfigError,
+    RemotingConnectError,
+    RemotingError,
+    RmqkError,
+)
 from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue
 from rmqk.pluginmanager import get_plugin_manager
@@ -660,4 +667,69 @@ async def test_tls_and_acl_end_to_end(
         finally:
             await consumer.shutdown()
         assert tally.distinct == tally.delivered == 100
+    assert_no_secret(all_logs.text)
+
+
+def test_the_spark_source_reads_over_tls_and_signs_its_requests(
+    pki: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, all_logs: pytest.LogCaptureFixture
+) -> None:
+    """The source's range reader with useTLS and credentials, against a broker enforcing both."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from rmqk.engine.reader import RangeReader, ReaderSettings
+    from rmqk.plugins.spark.source import RocketMQBatchReader, SourceOptions
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki / "ca.crt"))
+    acl_path = tmp_path / "plain_acl.toml"
+    acl_path.write_text(ACL_TOML)
+    handle = EmbeddedBroker.run_in_thread(
+        tmp_path / "b", namesrv_port=0, broker_port=0, tls=server_tls(pki), acl=acl_path
+    )
+    ns = handle.namesrv_addr
+    try:
+
+        async def fill() -> None:
+            client_acl.configure(ADMIN)
+            admin = TcpTransport(
+                TransportConfig(
+                    namesrv_addrs=(ns,), client_id="127.0.0.1@tls-admin", tls=TlsConfig(True)
+                ),
+                get_plugin_manager().hook,
+            )
+            try:
+                await admin.create_topic(handle.broker_addr, "Orders", 2, 2, timeout_ms=3000)
+            finally:
+                await admin.close()
+            client_acl.configure(USER)
+            # A producer on a reader's client: the TLS client the reader builds sends too.
+            async with RangeReader.open(ReaderSettings([ns], use_tls=True)) as reader:
+                producer = AsyncProducer("tls-producer")
+                await producer.start(client=reader.client)
+                try:
+                    for i in range(30):
+                        await producer.send(Message("Orders", body_of(i)))
+                finally:
+                    await producer.shutdown()
+
+        asyncio.run(fill())
+
+        def rows(**options: str) -> list[dict[str, Any]]:
+            given = {"namesrv": ns, "topics": "Orders", "pullTimeoutMs": "3000", **options}
+            reader = RocketMQBatchReader(SourceOptions.parse(given, streaming=False))
+            return [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+
+        # Credentials from the environment, as a Spark executor gets them.
+        client_acl.configure(None)
+        monkeypatch.setenv("RMQK_ACCESS_KEY", USER.access_key)
+        monkeypatch.setenv("RMQK_SECRET_KEY", USER.secret_key)
+        assert sorted(r["body"] for r in rows(useTLS="true")) == [body_of(i) for i in range(30)]
+        with pytest.raises(ClientError, match=r"no name server answers.*connection"):
+            rows()  # plain bytes on a TLS port
+        monkeypatch.delenv("RMQK_ACCESS_KEY")
+        monkeypatch.delenv("RMQK_SECRET_KEY")
+        with pytest.raises(BrokerError, match="No accessKey"):
+            rows(useTLS="true")
+    finally:
+        client_acl.configure(None)
+        handle.stop()
     assert_no_secret(all_logs.text)

@@ -336,3 +336,35 @@ def test_hook_rmqk_configure(pm: Any) -> None:
     pm.hook.rmqk_configure.call_historic(kwargs={"config": {"my_plugin": {"colour": "AK"}}})
     pm.register(Late(), name="late")  # historic: still receives the earlier call
     assert seen == [("early", "AK"), ("late", "AK")]
+
+
+def test_hook_rmqk_check_config(pm: Any, tmp_path: Any) -> None:
+    """Every plugin checks its table, problems are reported together, nothing is applied."""
+    from rmqk.config import Config, check_config_tables
+    from rmqk.errors import ConfigError, ConfigProblem
+
+    checked: list[str] = []
+
+    class Strict:
+        @hookimpl
+        def rmqk_check_config(self, config: Any) -> None:
+            checked.append("strict")
+            if config["my_plugin"]["colour"] != "red":
+                raise ConfigError([ConfigProblem("<config>", "my_plugin", "colour", "not red")])
+
+    class Other:
+        @hookimpl
+        def rmqk_check_config(self, config: Any) -> None:
+            checked.append("other")
+            raise ConfigError([ConfigProblem("<config>", "other", "size", "too big")])
+
+    pm.register(Strict(), name="strict")
+    pm.register(Other(), name="other")
+    path = str(tmp_path / "c.toml")
+    config = Config(path, (), {"my_plugin": {"colour": "AK"}})
+    problems = check_config_tables(config)
+    assert sorted(checked) == ["other", "strict"]
+    assert sorted(str(p) for p in problems) == [
+        f"{path}: [my_plugin] colour: not red",
+        f"{path}: [other] size: too big",
+    ]

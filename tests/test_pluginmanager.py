@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,31 @@ def test_disabled_plugins_are_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
     names = loaded()
     assert "allocation" not in names and "filters" not in names and "remoting" in names
     assert "AVG" not in registries().allocation_strategies
+
+
+def test_an_entry_point_that_fails_to_import_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pluggy's loader loads every entry point; the error still says which one failed."""
+    from rmqk.pluginmanager import plugin_distribution
+
+    info = tmp_path / "rmqk_broken-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rmqk-broken\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[rmqk]\nbroken = rmqk_no_such_module\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError) as err:
+        get_plugin_manager()
+    assert str(err.value) == (
+        "plugin 'broken' from distribution rmqk-broken failed to load "
+        "(rmqk_no_such_module): No module named 'rmqk_no_such_module'"
+    )
+    reset_plugin_manager()
+    monkeypatch.setenv("RMQK_DISABLED_PLUGINS", "broken")
+    assert "broken" not in loaded()
+    dist = plugin_distribution("remoting")
+    assert dist is not None and (dist.distribution, dist.value) == (
+        "rocketmq-kernel",
+        "rmqk.plugins.remoting",
+    )
+    assert plugin_distribution("broken") is None

@@ -169,13 +169,19 @@ class PullAPI:
 
     ``lite`` marks the lite pull consumer's requests (the LITE_PULL_MESSAGE flag,
     and sub version 0 for TAG subscriptions, as DefaultLitePullConsumerImpl
-    sends them). ``on_subscription_missing`` runs when a broker answers that it
-    does not know the subscription, i.e. has forgotten this client.
+    sends them). ``block=False`` sends pulls the broker answers at once, as
+    DefaultMQPullConsumer.pull does (no SUSPEND flag, sub version 0): the range
+    reader's (``rmqk.engine.reader``). ``skip_bad_records=False`` fails a pull
+    with a record that cannot be decoded instead of skipping it.
+    ``on_subscription_missing`` runs when a broker answers that it does not know
+    the subscription, i.e. has forgotten this client.
     """
 
     __slots__ = (
         "_filter",
+        "_flag",
         "batch_size",
+        "block",
         "client",
         "exception_delay_ms",
         "filter_hooks",
@@ -185,6 +191,7 @@ class PullAPI:
         "max_body_size",
         "on_subscription_missing",
         "pull_from_which_node",
+        "skip_bad_records",
         "stats",
         "suspend_ms",
         "timeout_ms",
@@ -207,6 +214,8 @@ class PullAPI:
         max_body_size: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
         stats: ConsumerStats | None = None,
         filter_hooks: list[Any] | None = None,
+        block: bool = True,
+        skip_bad_records: bool = True,
     ) -> None:
         self.client = client
         # The consumer's own filter hooks (register_filter_message_hook), its list.
@@ -222,6 +231,11 @@ class PullAPI:
         self.on_subscription_missing = on_subscription_missing
         self.max_body_size = max_body_size
         self.stats = stats
+        self.block = block
+        self.skip_bad_records = skip_bad_records
+        # The flags every request carries: the broker holds a blocking pull that finds
+        # nothing (SUSPEND) until a message arrives or suspend_ms passes.
+        self._flag = (_SUSPEND if block else 0) | (_LITE_PULL_MESSAGE if lite else 0)
         # The broker id each queue's broker suggested for its next pull.
         self.pull_from_which_node: dict[MessageQueue, int] = {}
         # Looked up once: checked for implementations at every pull.
@@ -290,24 +304,45 @@ class PullAPI:
         commit_offset: int,
         post_subscription: bool,
     ) -> Awaitable[PullResult]:
+        header = self.request(mq, sub, offset, found.slave, commit_offset, post_subscription)
+        return self.client.transport.pull_message(found.broker_addr, header, self.timeout_ms)
+
+    def request(
+        self,
+        mq: MessageQueue,
+        sub: SubscriptionData,
+        offset: int,
+        slave: bool = False,
+        commit_offset: int = 0,
+        post_subscription: bool = True,
+        max_msgs: int = 0,
+    ) -> PullMessageRequest:
+        """The header of a pull of ``mq`` from ``offset`` (at most ``max_msgs`` messages,
+        else ``batch_size``), sent to a slave when ``slave``.
+
+        The only place that builds a :class:`PullMessageRequest` (``tests/test_one_reader.py``
+        checks the tree), so a transport sees the same header from every caller.
+        """
         # Plain ints: IntFlag arithmetic costs a few us per pull.
-        sys_flag = _SUSPEND
+        sys_flag = self._flag
         # A slave must never commit offsets.
-        if commit_offset > 0 and not found.slave:
+        if commit_offset > 0 and not slave:
             sys_flag |= _COMMIT_OFFSET
         if post_subscription:
             sys_flag |= _SUBSCRIPTION
         sub_version = sub.sub_version
         if self.lite:
-            sys_flag |= _LITE_PULL_MESSAGE
             if sub.expression_type is ExpressionType.TAG:
                 sub_version = 0
-        header = PullMessageRequest(
+        elif not self.block:
+            # DefaultMQPullConsumer.pull sends version 0: the subscription is the header's.
+            sub_version = 0
+        return PullMessageRequest(
             consumer_group=self.group,
             topic=mq.topic,
             queue_id=mq.queue_id,
             queue_offset=offset,
-            max_msg_nums=self.batch_size,
+            max_msg_nums=max_msgs or self.batch_size,
             sys_flag=sys_flag,
             commit_offset=max(commit_offset, 0),
             suspend_timeout_millis=self.suspend_ms,
@@ -316,9 +351,8 @@ class PullAPI:
             expression_type=sub.expression_type.value,
             broker_name=mq.broker_name,
             max_body_size=self.max_body_size,
-            skip_bad_records=True,
+            skip_bad_records=self.skip_bad_records,
         )
-        return self.client.transport.pull_message(found.broker_addr, header, self.timeout_ms)
 
     def delay_after(self, mq: MessageQueue, exc: RmqkError) -> int:
         """The delay before pulling ``mq`` again after ``exc`` (logged).

@@ -38,6 +38,7 @@ __all__ = [
     "active",
     "disable",
     "enable",
+    "rmqk_check_config",
     "rmqk_configure",
 ]
 
@@ -205,6 +206,14 @@ def _manager(pm: Any) -> Any:
     from rmqk.pluginmanager import get_plugin_manager
 
     return pm or get_plugin_manager()
+
+
+@hookimpl
+def rmqk_check_config(config: Mapping[str, Any]) -> None:
+    """Check the ``[prometheus]`` table; nothing is enabled (``rmqk check``)."""
+    table = config.get(TABLE)
+    if table is not None:
+        PrometheusSettings.from_table(table)
 
 
 @hookimpl

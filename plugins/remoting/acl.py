@@ -10,7 +10,8 @@ followed by the body bytes.
 Credentials, first found wins:
 
 1. the ``[acl]`` table of the config file (``access_key``, ``secret_key``,
-   optional ``security_token``), delivered by the historic ``rmqk_configure`` hook,
+   optional ``security_token``), checked by ``rmqk_check_config`` and delivered by
+   the historic ``rmqk_configure`` hook,
    or :func:`configure` called by a program;
 2. the environment variables ``RMQK_ACCESS_KEY`` and ``RMQK_SECRET_KEY`` (and
    ``RMQK_SECURITY_TOKEN``).
@@ -59,6 +60,7 @@ __all__ = [
     "current_credentials",
     "load_environment",
     "rmqk_before_request",
+    "rmqk_check_config",
     "rmqk_configure",
     "sign",
     "signature_content",
@@ -184,6 +186,14 @@ def _credentials_from_table(table: Any) -> Credentials:
     return Credentials(
         str(values["access_key"]), str(values["secret_key"]), values["security_token"]
     )
+
+
+@hookimpl
+def rmqk_check_config(config: Mapping[str, Any]) -> None:
+    """Check the ``[acl]`` table, when the config has one, without using it."""
+    table = config.get("acl")
+    if table is not None:
+        _credentials_from_table(table)
 
 
 @hookimpl

@@ -19,7 +19,7 @@ from rmqk.plugins.remoting.rpc import RemotingClient
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 from rmqk.transport import HeartbeatData, PullMessageRequest
 
-__all__ = ["ConsumerCalls"]
+__all__ = ["ConsumerCalls", "pull_command"]
 
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
@@ -29,9 +29,7 @@ _PULL_STATUS = {
 }
 
 
-def _found(
-    response: RemotingCommand, request: PullMessageRequest, addr: str
-) -> PullResult | None:
+def _found(response: RemotingCommand, request: PullMessageRequest, addr: str) -> PullResult | None:
     """A FOUND answer whose header numbers all parse and whose records all decode
     plainly, in fewer steps; None for anything else, which ``_pull_result`` then
     handles (and reports) as before."""
@@ -59,29 +57,34 @@ def _found(
     )
 
 
+def pull_command(request: PullMessageRequest) -> RemotingCommand:
+    """The PULL_MESSAGE command of ``request``: the one encoding of a pull header."""
+    # The fields typed out rather than through stringify_fields: this runs for
+    # every pull. Field order matches the other requests (Java's header class).
+    fields = {
+        "consumerGroup": request.consumer_group,
+        "topic": request.topic,
+        "queueId": str(request.queue_id),
+        "queueOffset": str(request.queue_offset),
+        "maxMsgNums": str(request.max_msg_nums),
+        "sysFlag": str(request.sys_flag),
+        "commitOffset": str(request.commit_offset),
+        "suspendTimeoutMillis": str(request.suspend_timeout_millis),
+    }
+    if request.subscription is not None:
+        fields["subscription"] = request.subscription
+    fields["subVersion"] = str(request.sub_version)
+    fields["expressionType"] = request.expression_type
+    if request.broker_name:
+        fields["bname"] = request.broker_name
+    return RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields)
+
+
 class ConsumerCalls(RemotingClient):
     async def pull_message(
         self, addr: str, request: PullMessageRequest, timeout_ms: int
     ) -> PullResult:
-        # The fields typed out rather than through stringify_fields: this runs for
-        # every pull. Field order matches the other requests (Java's header class).
-        fields = {
-            "consumerGroup": request.consumer_group,
-            "topic": request.topic,
-            "queueId": str(request.queue_id),
-            "queueOffset": str(request.queue_offset),
-            "maxMsgNums": str(request.max_msg_nums),
-            "sysFlag": str(request.sys_flag),
-            "commitOffset": str(request.commit_offset),
-            "suspendTimeoutMillis": str(request.suspend_timeout_millis),
-        }
-        if request.subscription is not None:
-            fields["subscription"] = request.subscription
-        fields["subVersion"] = str(request.sub_version)
-        fields["expressionType"] = request.expression_type
-        if request.broker_name:
-            fields["bname"] = request.broker_name
-        cmd = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields)
+        cmd = pull_command(request)
         # Java pulls with invokeAsync: no timer per long poll (the sweep enforces the
         # timeout), and a timeout leaves the connection open for the other queues.
         pool = self._pool
@@ -128,9 +131,7 @@ class ConsumerCalls(RemotingClient):
                 next_begin_offset = decoded.next_begin_offset
             else:
                 messages = tuple(
-                    decode_messages(
-                        response.body, broker_name, max_body_size=request.max_body_size
-                    )
+                    decode_messages(response.body, broker_name, max_body_size=request.max_body_size)
                 )
         return PullResult(
             status=status,

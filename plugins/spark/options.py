@@ -9,6 +9,7 @@ flat setting ``spark.driver.memory``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -352,6 +353,16 @@ def _namesrv_list(text: str) -> tuple[str, ...]:
     return addrs
 
 
+def _json_table(text: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise OptionInvalid(f'must be a JSON object, e.g. {{"key": 1}}: {exc}') from None
+    if not isinstance(value, dict):
+        raise OptionInvalid(f'must be a JSON object, e.g. {{"key": 1}}, got {text!r}')
+    return MappingProxyType(value)
+
+
 @attrs.frozen
 class SourceOptionTable:
     """The options of ``spark.read(Stream).format("rocketmq")``, as Spark hands them over.
@@ -427,6 +438,21 @@ class SourceOptionTable:
         default_text="(none)",
         nullable=True,
         check=_namespace,
+    )
+    transport: str = option(
+        OptionType.PLUGIN,
+        "The registered remoting transport the source's driver and executors use, as a "
+        "consumer's transport option; executors must have the plugin installed too.",
+        "tcp",
+        plugin_kind="transport",
+    )
+    transport_options: Mapping[str, Any] = option(
+        OptionType.STR,
+        "Options passed to the transport's factory, as a JSON object.",
+        factory=_empty,
+        name="transportOptions",
+        default_text="{}",
+        check=_json_table,
     )
     # The client options of every client kind (rmqk.ClientOptions) that decide how the
     # source reaches the cluster and as whom; checked together as ClientOptions does.

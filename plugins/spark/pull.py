@@ -1,37 +1,31 @@
 """What the ``rocketmq`` source asks brokers: queues, offsets, and message ranges.
 
 Used on the driver (planning) and on executors (reading), each time inside an
-event loop of its own. It pulls with the subscription flag and no consumer
-group membership: a broker answers such a pull without a heartbeat, so Spark
-readers never join, or disturb, a consumer group.
+event loop of its own, through the engine's range reader
+(:class:`rmqk.engine.reader.RangeReader`): the source's transport plugin,
+TLS, credentials and ``rmqk_filter_message`` hooks apply to its pulls as to a
+consumer's. It pulls with the subscription flag and no consumer group
+membership: a broker answers such a pull without a heartbeat, so Spark readers
+never join, or disturb, a consumer group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
 
 import attrs
 
+from rmqk.engine.reader import OffsetsGoneError, RangeReader, ReaderSettings
 from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
-from rmqk.model import MessageQueue, PullStatus, SubscriptionData, build_subscription
+from rmqk.model import MessageQueue
 from rmqk.plugins.spark.offsets import EARLIEST, LATEST, OffsetSpec, QueueKey
-from rmqk.protocol import PullSysFlag
-from rmqk.transport import (
-    Credentials,
-    PullMessageRequest,
-    TlsConfig,
-    Transport,
-    TransportConfig,
-)
 
 __all__ = ["BrokerReader", "DataLossError", "QueueInfo"]
 
 log = logging.getLogger("rmqk.plugins.spark.pull")
-
-# A broker answers at most 32 messages per pull.
-MAX_PULL = 32
 
 
 class DataLossError(RmqkError):
@@ -49,77 +43,51 @@ class QueueInfo:
 
 
 class BrokerReader:
-    """A transport and the calls the source makes with it; ``async with`` opens and closes it."""
+    """A range reader and the calls the source makes with it; ``async with`` opens and
+    closes its client."""
 
-    def __init__(
-        self,
-        namesrv_addrs: Iterable[str],
-        *,
-        group: str = "rmqk-spark-source",
-        timeout_ms: int = 10_000,
-        tls: TlsConfig | None = None,
-        credentials: Credentials | None = None,
-    ) -> None:
-        self.namesrv_addrs = tuple(namesrv_addrs)
-        self.group = group
-        self.timeout_ms = timeout_ms
-        # The source's useTls / tls* and accessKey options (ClientOptions).
-        self.tls = tls if tls is not None else TlsConfig()
-        self.credentials = credentials
-        self.transport: Transport | None = None
+    def __init__(self, settings: ReaderSettings) -> None:
+        self.settings = settings
+        self.namesrv_addrs = settings.namesrv_addrs
+        self.timeout_ms = settings.timeout_ms
+        self.reader: RangeReader | None = None
+        self._opened: contextlib.AbstractAsyncContextManager[RangeReader] | None = None
 
     async def __aenter__(self) -> BrokerReader:
-        from rmqk.pluginmanager import get_plugin_manager, registries
-
-        transport: Transport = registries().transports.create(
-            "tcp",
-            TransportConfig(
-                namesrv_addrs=self.namesrv_addrs,
-                client_id="127.0.0.1@rmqk-spark",
-                request_timeout_ms=self.timeout_ms,
-                tls=self.tls,
-                credentials=self.credentials,
-            ),
-            get_plugin_manager().hook,
-        )
-        await transport.start()
-        self.transport = transport
+        opened = RangeReader.open(self.settings)
+        self.reader = await opened.__aenter__()
+        self._opened = opened
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        transport, self.transport = self.transport, None
-        if transport is not None:
-            await transport.close()
+        opened, self._opened, self.reader = self._opened, None, None
+        if opened is not None:
+            await opened.__aexit__(None, None, None)
 
-    def _t(self) -> Transport:
-        if self.transport is None:
+    def _r(self) -> RangeReader:
+        if self.reader is None:
             raise ClientError("BrokerReader used outside 'async with'")
-        return self.transport
+        return self.reader
 
     async def queues(self, topics: Iterable[str]) -> list[QueueInfo]:
         """Every readable queue of ``topics`` with its broker's address, sorted."""
+        reader = self._r()
         out: list[QueueInfo] = []
         for topic in topics:
-            route = await self._t().get_route(topic)
-            if route is None:
-                raise ClientError(
-                    f"topic {topic!r} does not exist on the name server(s) "
-                    f"{';'.join(self.namesrv_addrs)}"
-                )
-            for mq in sorted(route.subscribe_queues(topic)):
-                broker = route.broker(mq.broker_name)
-                addr = broker.select_addr() if broker is not None else None
-                if addr is None:
+            for mq in await reader.queues(topic):
+                try:
+                    addr = await reader.broker_addr(mq)
+                except ClientError:
                     log.warning("no address for broker %s of topic %s", mq.broker_name, topic)
                     continue
                 out.append(QueueInfo(QueueKey(topic, mq.broker_name, mq.queue_id), addr))
         return sorted(out)
 
     async def min_offset(self, q: QueueInfo) -> int:
-        return await self._t().get_min_offset(q.addr, q.mq, self.timeout_ms)
+        return await self._r().min_offset(q.mq)
 
     async def max_offset(self, q: QueueInfo) -> int:
-        return await self._t().get_max_offset(q.addr, q.mq, self.timeout_ms)
+        return await self._r().max_offset(q.mq)
 
     async def max_offsets(self, queues: Iterable[QueueInfo]) -> dict[str, int]:
         return {str(q.key): await self.max_offset(q) for q in queues}
@@ -152,7 +120,7 @@ class BrokerReader:
         A broker's search answers the last offset when every message is older,
         so the message it names is checked.
         """
-        found = await self._t().search_offset(q.addr, q.mq, timestamp_ms, self.timeout_ms)
+        found = await self._r().search_offset(q.mq, timestamp_ms)
         if found >= high:
             return high
         async for msgs in self.pull_range(q, found, found + 1, fail_on_data_loss=False):
@@ -168,56 +136,13 @@ class BrokerReader:
         expression: str = "*",
         *,
         fail_on_data_loss: bool = True,
-        batch_size: int = MAX_PULL,
     ) -> AsyncIterator[list[MessageExt]]:
         """The messages of offsets ``start`` (included) to ``end`` (excluded), in order."""
-        sub: SubscriptionData = build_subscription(q.key.topic, expression)
-        sys_flag = int(PullSysFlag.SUBSCRIPTION)
-        offset = start
-        while offset < end:
-            request = PullMessageRequest(
-                consumer_group=self.group,
-                topic=q.key.topic,
-                queue_id=q.key.queue_id,
-                queue_offset=offset,
-                max_msg_nums=max(1, min(batch_size, MAX_PULL, end - offset)),
-                sys_flag=sys_flag,
-                commit_offset=0,
-                suspend_timeout_millis=0,
-                subscription=sub.sub_string,
-                sub_version=0,
-                expression_type="TAG",
-            )
-            result = await self._t().pull_message(q.addr, request, self.timeout_ms)
-            if result.status is PullStatus.FOUND:
-                msgs = [
-                    m
-                    for m in result.messages
-                    if start <= m.queue_offset < end and sub.matches_tag(m.tags)
-                ]
-                if msgs:
-                    yield msgs
-                last = max((m.queue_offset for m in result.messages), default=offset - 1)
-                offset = max(result.next_begin_offset, last + 1, offset + 1)
-            elif result.status is PullStatus.NO_MATCHED_MSG:
-                offset = max(result.next_begin_offset, offset + 1)
-            elif result.status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
-                message = (
-                    f"offsets {offset}..{result.min_offset - 1} of {q.key} are gone from the "
-                    "broker (deleted by retention)"
-                )
-                if fail_on_data_loss:
-                    raise DataLossError(message + "; set failOnDataLoss=false to skip them")
-                log.warning("%s; skipping them", message)
-                offset = result.min_offset
-            else:
-                # NO_NEW_MSG, or an offset past the end: the planned range ends early,
-                # which only a broker that lost data can cause.
-                message = (
-                    f"{q.key} ends at {result.max_offset}, before the planned end {end} "
-                    f"(status {result.status.value} at offset {offset})"
-                )
-                if fail_on_data_loss:
-                    raise DataLossError(message + "; set failOnDataLoss=false to accept it")
-                log.warning("%s", message)
-                return
+        try:
+            async for msgs in self._r().read(
+                q.mq, start, end, expression, skip_gaps=not fail_on_data_loss
+            ):
+                yield msgs
+        except OffsetsGoneError as exc:
+            hint = "skip them" if exc.gap.deleted else "accept it"
+            raise DataLossError(f"{exc}; set failOnDataLoss=false to {hint}") from exc

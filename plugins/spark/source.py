@@ -25,6 +25,10 @@ Options (names are case-insensitive):
 ``namespace``              a client namespace: topics, JSON offset keys and the group
                            are ``<namespace>%<name>`` on the brokers (and in the
                            checkpoint); the ``topic`` column holds the names without it
+``transport``              the registered transport plugin (default ``tcp``)
+``transportOptions``       its options, a JSON object
+``useTls``, ``tls*``       TLS to name servers and brokers (default false)
+``accessKey``              its own ACL account, with ``secretKey`` (default: the process's)
 =========================  ==========================================================
 
 A queue whose max offset on the broker is below the offset the checkpoint
@@ -65,9 +69,14 @@ from pyspark.sql.datasource import (
 )
 
 from rmqk.client_options import ClientOptions
+from rmqk.consume_host import factory_option_specs
+from rmqk.engine.reader import ReaderSettings
 from rmqk.errors import ConfigError, ConfigProblem
-from rmqk.namespace import effective_namespace, unwrap, wrap
+from rmqk.namespace import effective_namespace, wrap
 from rmqk.options import Where, parse_options
+from rmqk.optionspec import plugin_option_problems
+from rmqk.plugin_choices import PluginChoice, check_plugin_names
+from rmqk.pluginmanager import registries
 from rmqk.plugins.spark.columns import messages_to_arrow, spark_schema
 from rmqk.plugins.spark.offsets import (
     OffsetSpec,
@@ -115,6 +124,8 @@ _ALIASES = {
     "pulltimeoutms": "pullTimeoutMs",
     "consumergroup": "consumerGroup",
     "namespace": "namespace",
+    "transport": "transport",
+    "transportoptions": "transportOptions",
     "usetls": "useTls",
     "tlscafile": "tlsCaFile",
     "tlscertfile": "tlsCertFile",
@@ -157,6 +168,8 @@ class SourceOptions:
     namespace: str | None = None
     # How the source connects and signs (TLS files, its own account).
     client: ClientOptions = attrs.field(factory=ClientOptions)
+    transport: str = "tcp"
+    transport_options: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> SourceOptions:
@@ -208,6 +221,7 @@ class SourceOptions:
                 problems.extend(
                     _problem(back.get(p.key or "", p.key or ""), p.message) for p in exc.problems
                 )
+        problems.extend(_transport_problems(table, "transport" in given))
         if problems:
             raise ConfigError(problems)
         assert starting is not None and ending is not None
@@ -224,16 +238,43 @@ class SourceOptions:
             consumer_group=wrap(ns, table.consumer_group),
             namespace=ns,
             client=client,
+            transport=table.transport,
+            transport_options=dict(table.transport_options),
         )
 
     def reader(self) -> BrokerReader:
         return BrokerReader(
-            self.namesrv,
-            group=self.consumer_group,
-            timeout_ms=self.pull_timeout_ms,
-            tls=self.client.tls,
-            credentials=self.client.credentials,
+            ReaderSettings(
+                namesrv_addrs=self.namesrv,
+                group=self.consumer_group,
+                transport=self.transport,
+                transport_options=self.transport_options,
+                use_tls=self.client.use_tls,
+                tls=self.client.tls,
+                credentials=self.client.credentials,
+                namespace=self.namespace,
+                timeout_ms=self.pull_timeout_ms,
+                instance_name="rmqk-spark",
+            )
         )
+
+
+def _transport_problems(table: SourceOptionTable, explicit: bool) -> list[ConfigProblem]:
+    """An unregistered transport, or transportOptions it does not declare or refuses."""
+    where = Where("<spark options>", "rocketmq")
+    choice = PluginChoice("transport", table.transport, "transport")
+    problems = check_plugin_names([choice], where, explicit={"transport"} if explicit else ())
+    if problems:
+        return problems
+    factory = registries().transports.get(table.transport)
+    if not hasattr(factory, "option_specs"):
+        return []  # a transport without declarations may read keys rmqk cannot know of
+    return plugin_option_problems(
+        f"transport {table.transport!r}",
+        factory_option_specs(factory),
+        table.transport_options,
+        Where("<spark options>", "rocketmq transportOptions"),
+    )
 
 
 def _wire_spec(namespace: str | None, spec: OffsetSpec) -> OffsetSpec:
@@ -312,9 +353,6 @@ def _read_range(options: SourceOptions, partition: QueueRange) -> Iterator[Any]:
                     msgs: list[Any] = runner.run(anext(pulls))  # type: ignore[arg-type]
                 except StopAsyncIteration:
                     break
-                if options.namespace:
-                    for m in msgs:
-                        m.topic = unwrap(options.namespace, m.topic)
                 pending.extend(msgs)
                 count += len(msgs)
                 if count >= ARROW_BATCH_ROWS:

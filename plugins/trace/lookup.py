@@ -11,17 +11,15 @@ works on any broker, only slower on a large trace topic.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import attrs
 
+from rmqk.engine.reader import RangeReader, ReaderSettings
 from rmqk.errors import ClientError, RemotingError
 from rmqk.message import MessageExt, MessageProperty
-from rmqk.model import MessageQueue, PullStatus
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode
-from rmqk.protocol import PullSysFlag
-from rmqk.transport import PullMessageRequest, Transport, TransportConfig
 
 if TYPE_CHECKING:
     from rmqk.plugins.broker.admin_client import BrokerInfo, QueryResult
@@ -33,7 +31,6 @@ log = logging.getLogger("rmqk.plugins.trace")
 # What the reads call themselves on the broker (a pull with the subscription flag
 # needs no group membership).
 READER_GROUP = "rmqk_trace_reader"
-MAX_PULL = 32
 # The maxNum queryMsgTraceById asks for (the broker caps it at maxMsgsNumBatch, 64 too).
 MAX_QUERY = 64
 
@@ -56,9 +53,17 @@ class TraceView:
 
 
 async def find_trace_messages(
-    namesrv_addrs: Iterable[str], trace_topic: str, msg_id: str, *, timeout_ms: int = 5000
+    namesrv_addrs: Iterable[str],
+    trace_topic: str,
+    msg_id: str,
+    *,
+    timeout_ms: int = 5000,
+    transport: str = "tcp",
 ) -> list[MessageExt]:
-    """Every message of ``trace_topic`` whose keys include ``msg_id``, in store order."""
+    """Every message of ``trace_topic`` whose keys include ``msg_id``, in store order.
+
+    ``transport`` is the registered transport a scan reads with.
+    """
     addrs = tuple(namesrv_addrs)
     brokers, result = await _query_index(addrs, trace_topic, msg_id, timeout_ms)
     found = list(result.messages)
@@ -71,7 +76,7 @@ async def find_trace_messages(
             ", ".join(sorted(cannot)),
             trace_topic,
         )
-        found.extend(await _scan(addrs, trace_topic, msg_id, names, timeout_ms))
+        found.extend(await _scan(addrs, trace_topic, msg_id, names, timeout_ms, transport))
     if not found and len(result.failures) > len(result.unsupported):
         raise ClientError(
             f"cannot look up the trace of {msg_id} in {trace_topic!r}: "
@@ -115,66 +120,33 @@ async def _scan(
     msg_id: str,
     broker_names: set[str],
     timeout_ms: int,
+    transport: str,
 ) -> list[MessageExt]:
-    """The messages keyed by ``msg_id`` in the queues of ``broker_names``, read in full."""
-    from rmqk.pluginmanager import get_plugin_manager, registries
+    """The messages keyed by ``msg_id`` in the queues of ``broker_names``, read in full.
 
-    transport: Transport = registries().transports.create(
-        "tcp",
-        TransportConfig(
-            namesrv_addrs=addrs, client_id="127.0.0.1@rmqk-trace", request_timeout_ms=timeout_ms
-        ),
-        get_plugin_manager().hook,
+    Through the engine's range reader, so ``transport`` and the filter hooks apply.
+    """
+    settings = ReaderSettings(
+        namesrv_addrs=addrs,
+        group=READER_GROUP,
+        transport=transport,
+        timeout_ms=timeout_ms,
+        instance_name="rmqk-trace",
     )
-    await transport.start()
-    try:
-        route = await transport.get_route(trace_topic, timeout_ms)
-        found: list[MessageExt] = []
-        if route is None:
-            return found
-        for mq in sorted(route.subscribe_queues(trace_topic)):
-            broker = route.broker(mq.broker_name) if mq.broker_name in broker_names else None
-            addr = broker.select_addr() if broker is not None else None
-            if addr is None:
+    found: list[MessageExt] = []
+    async with RangeReader.open(settings) as reader:
+        for mq in await reader.queues(trace_topic):
+            if mq.broker_name not in broker_names:
                 continue
-            async for msg in _read_queue(transport, addr, mq, timeout_ms):
-                keys = (msg.keys or "").split(MessageProperty.KEY_SEPARATOR)
-                if msg_id in keys:
-                    found.append(msg)
-        return found
-    finally:
-        await transport.close()
-
-
-async def _read_queue(
-    transport: Transport, addr: str, mq: MessageQueue, timeout_ms: int
-) -> AsyncIterator[MessageExt]:
-    offset = await transport.get_min_offset(addr, mq, timeout_ms)
-    end = await transport.get_max_offset(addr, mq, timeout_ms)
-    while offset < end:
-        request = PullMessageRequest(
-            consumer_group=READER_GROUP,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=MAX_PULL,
-            sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            subscription="*",
-            sub_version=0,
-            broker_name=mq.broker_name,
-        )
-        result = await transport.pull_message(addr, request, timeout_ms)
-        if result.status is PullStatus.FOUND:
-            for msg in result.messages:
-                yield msg
-            last = max((m.queue_offset for m in result.messages), default=offset)
-            offset = max(result.next_begin_offset, last + 1)
-        elif result.status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
-            offset = result.min_offset
-        else:
-            return
+            start = await reader.min_offset(mq)
+            end = await reader.max_offset(mq)
+            # Offsets deleted while reading are gone for the lookup too: read what is left.
+            async for msgs in reader.read(mq, start, end, skip_gaps=True):
+                for msg in msgs:
+                    keys = (msg.keys or "").split(MessageProperty.KEY_SEPARATOR)
+                    if msg_id in keys:
+                        found.append(msg)
+    return found
 
 
 def trace_views(msg_id: str, messages: Iterable[MessageExt]) -> list[TraceView]:

@@ -1,0 +1,273 @@
+"""Reading offsets ``[start, end)`` of one queue: the one range reader of rmqk.
+
+The Spark source, the trace lookup and the benchmarks read queues through it;
+nothing else sends pulls but the consumers. It pulls through a client
+instance, with the engine's one pull path (:class:`rmqk.engine.pull.PullAPI`)
+in its non-blocking mode, as Java's ``DefaultMQPullConsumer.pull`` does. So
+what applies to a consumer's pulls applies to a reader's: the transport plugin
+the client was built with (and its ``transport_options``), its TLS settings,
+the request hooks that sign requests with credentials, and for every FOUND
+answer the exact-tag re-filter and the ``rmqk_filter_message`` hooks.
+
+A reader joins no group: each pull carries its subscription, which a broker
+serves without a heartbeat, and no offset is committed. Names given to it are
+wire names (in the namespace, if any, as everything inside a client is); with
+``namespace`` the messages it returns carry their topics without it, as a
+consumer delivers them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import attrs
+
+from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
+from rmqk.engine.pull import PullAPI
+from rmqk.errors import ClientError, RmqkError
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue, PullStatus, SubscriptionData, build_subscription
+from rmqk.namespace import unwrap
+from rmqk.transport import Credentials, PullMessageRequest, TlsConfig
+
+__all__ = ["MAX_PULL", "OffsetsGoneError", "RangeGap", "RangeReader", "ReaderSettings"]
+
+log = logging.getLogger("rmqk.engine.reader")
+
+# A broker answers at most 32 messages per pull (its default maxMsgNums cap).
+MAX_PULL = 32
+
+
+def _str_tuple(values: Any) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class ReaderSettings:
+    """What :meth:`RangeReader.open` builds a client of its own from."""
+
+    namesrv_addrs: tuple[str, ...] = attrs.field(converter=_str_tuple)
+    # The group named in pull requests; nothing is committed to it.
+    group: str = "rmqk-reader"
+    transport: str = "tcp"
+    transport_options: Mapping[str, Any] = attrs.field(factory=dict)
+    use_tls: bool = False
+    tls: TlsConfig = attrs.field(factory=TlsConfig)
+    # The reader's own ACL credentials; None: the process defaults sign.
+    credentials: Credentials | None = None
+    namespace: str | None = None
+    timeout_ms: int = 10_000
+    # The client id is ``<ip>@<instance_name>#<pid>#<nanos>``: one client per reader.
+    instance_name: str = "rmqk-reader"
+
+
+@attrs.frozen
+class RangeGap:
+    """Offsets of a planned range that the broker does not hold.
+
+    ``deleted``: offsets ``first`` to ``end - 1`` were removed (retention) and
+    reading goes on at ``end``. Otherwise the queue ends at ``first``, before
+    the planned end ``end``: only a broker that lost data answers so.
+    """
+
+    queue: MessageQueue
+    first: int
+    end: int
+    deleted: bool
+    status: PullStatus
+
+    def describe(self) -> str:
+        if self.deleted:
+            return (
+                f"offsets {self.first}..{self.end - 1} of {self.queue} are gone from the "
+                "broker (deleted by retention)"
+            )
+        return (
+            f"{self.queue} ends at {self.first}, before the planned end {self.end} "
+            f"(status {self.status.value})"
+        )
+
+
+class OffsetsGoneError(RmqkError):
+    """A range read met a :class:`RangeGap` and was not asked to skip it."""
+
+    def __init__(self, gap: RangeGap) -> None:
+        super().__init__(gap.describe())
+        self.gap = gap
+
+
+class RangeReader:
+    """Reads ranges of queues through ``client`` (see the module doc).
+
+    Built on a running client instance (a consumer's or producer's, to share its
+    connections), or with :meth:`open`, which builds and starts one of its own.
+    Gaps skipped so far are counted in :attr:`skipped_gaps` and
+    :attr:`skipped_offsets`.
+    """
+
+    def __init__(
+        self,
+        client: ClientInstance,
+        group: str,
+        *,
+        namespace: str | None = None,
+        timeout_ms: int = 10_000,
+        batch_size: int = MAX_PULL,
+    ) -> None:
+        self.client = client
+        self.group = group
+        self.namespace = namespace or None
+        self.timeout_ms = timeout_ms
+        self.batch_size = max(1, min(batch_size, MAX_PULL))
+        self.skipped_gaps = 0
+        self.skipped_offsets = 0
+        self._pull = PullAPI(
+            client,
+            group,
+            log,
+            batch_size=self.batch_size,
+            suspend_ms=0,
+            timeout_ms=timeout_ms,
+            exception_delay_ms=0,
+            unit_mode=False,
+            lite=False,
+            # A reader has no membership for a broker to forget.
+            on_subscription_missing=lambda: None,
+            block=False,
+            # A record that cannot be decoded fails the read: a range promises every offset.
+            skip_bad_records=False,
+        )
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, settings: ReaderSettings) -> AsyncIterator[RangeReader]:
+        """A reader on a client instance of its own, started, and shut down on exit."""
+        instance = f"{settings.instance_name}#{os.getpid()}#{time.monotonic_ns()}"
+        client = ClientInstance.get_or_create(
+            build_client_id(instance),
+            ClientConfig(
+                namesrv_addrs=settings.namesrv_addrs,
+                transport=settings.transport,
+                transport_options=settings.transport_options,
+                request_timeout_ms=settings.timeout_ms,
+                use_tls=settings.use_tls,
+                tls=settings.tls,
+                credentials=settings.credentials,
+            ),
+        )
+        await client.start()
+        try:
+            yield cls(
+                client,
+                settings.group,
+                namespace=settings.namespace,
+                timeout_ms=settings.timeout_ms,
+            )
+        finally:
+            await client.shutdown_if_unused()
+
+    # -- queues and offsets -------------------------------------------------------------
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic``, sorted, from a fresh route."""
+        await self.client.update_topic_route(topic)
+        route = self.client.route_table.get(topic)
+        if route is None:
+            if self.client.namesrv_error is not None:
+                raise ClientError(f"no name server answers: {self.client.namesrv_error}")
+            raise ClientError(
+                f"topic {topic!r} does not exist on the name server(s) {self.client.namesrv_text}"
+            )
+        return sorted(route.subscribe_queues(topic))
+
+    async def broker_addr(self, mq: MessageQueue) -> str:
+        """The address offsets of ``mq`` are asked at: the master, else any replica."""
+        return await self.client.find_broker_addr_for_admin(mq.broker_name, mq.topic)
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        addr = await self.broker_addr(mq)
+        return await self.client.transport.get_min_offset(addr, mq, self.timeout_ms)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        addr = await self.broker_addr(mq)
+        return await self.client.transport.get_max_offset(addr, mq, self.timeout_ms)
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        addr = await self.broker_addr(mq)
+        return await self.client.transport.search_offset(addr, mq, timestamp_ms, self.timeout_ms)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def request(
+        self, mq: MessageQueue, offset: int, max_msgs: int = 0, subscription: str = "*"
+    ) -> PullMessageRequest:
+        """The header this reader sends to pull ``mq`` from ``offset`` (for tools that
+        send it themselves, such as the benchmarks' undecoded pulls)."""
+        sub = build_subscription(mq.topic, subscription)
+        return self._pull.request(mq, sub, offset, max_msgs=max_msgs)
+
+    async def read(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        subscription: str | SubscriptionData = "*",
+        *,
+        skip_gaps: bool = False,
+    ) -> AsyncIterator[list[MessageExt]]:
+        """The messages of ``mq`` at offsets ``start`` (included) to ``end`` (excluded)
+        that pass ``subscription`` and the filters, in order, one list per pull.
+
+        A :class:`RangeGap` raises :class:`OffsetsGoneError`; with ``skip_gaps`` it is
+        logged as a WARNING, counted, and reading goes on past it (or ends, when the
+        queue ends early).
+        """
+        sub = (
+            subscription
+            if isinstance(subscription, SubscriptionData)
+            else build_subscription(mq.topic, subscription)
+        )
+        pull = self._pull
+        transport = self.client.transport
+        namespace = self.namespace
+        offset = start
+        while offset < end:
+            found = await pull.find_broker(mq)
+            if found is None:
+                raise ClientError(f"The broker[{mq.broker_name}] not exist")
+            header = pull.request(mq, sub, offset, found.slave, 0, True, end - offset)
+            result = await transport.pull_message(found.broker_addr, header, self.timeout_ms)
+            # The broker's suggestion for the next pull, the re-filter and the hooks.
+            msgs = await pull.process(mq, sub, result)
+            status = result.status
+            if status is PullStatus.FOUND:
+                if msgs and (msgs[0].queue_offset < start or msgs[-1].queue_offset >= end):
+                    msgs = [m for m in msgs if start <= m.queue_offset < end]
+                if msgs:
+                    if namespace:
+                        for m in msgs:
+                            m.topic = unwrap(namespace, m.topic)
+                    yield msgs
+                last = max((m.queue_offset for m in result.messages), default=offset - 1)
+                offset = max(result.next_begin_offset, last + 1, offset + 1)
+            elif status is PullStatus.NO_MATCHED_MSG:
+                offset = max(result.next_begin_offset, offset + 1)
+            elif status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
+                self._gap(RangeGap(mq, offset, result.min_offset, True, status), skip_gaps)
+                offset = result.min_offset
+            else:
+                # NO_NEW_MSG, or an offset past the queue's end.
+                self._gap(RangeGap(mq, offset, end, False, status), skip_gaps)
+                return
+
+    def _gap(self, gap: RangeGap, skip: bool) -> None:
+        if not skip:
+            raise OffsetsGoneError(gap)
+        self.skipped_gaps += 1
+        self.skipped_offsets += gap.end - gap.first
+        log.warning("%s; skipping them (group %s)", gap.describe(), self.group)

@@ -1,0 +1,394 @@
+"""One range reader (issue 26, step 4): every pull outside the consumers goes through
+``rmqk.engine.reader.RangeReader``, so transport plugins and filter hooks apply to it.
+
+A third-party plugin, installed as a distribution of its own (a ``.dist-info`` with an
+``rmqk`` entry point in a temp dir on the path), registers a ``recording`` transport,
+the ``tcp`` transport recording each pull in a file its ``record`` option names, and an
+``rmqk_filter_message`` hook that drops messages tagged ``cancelled``. The reader, the
+trace lookup and the Spark source (its executors included, which find the plugin
+only through its entry point) are run with it against the embedded broker.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PLUGIN = textwrap.dedent(
+    '''
+    """A recording transport and a filter hook, for tests."""
+
+    from __future__ import annotations
+
+    import json
+    import os
+    from typing import Any
+
+    import attrs
+
+    from rmqk import hookimpl
+    from rmqk.options import OptionSpec, OptionType
+
+    # Set by the factory: the filter hook has no options of its own.
+    _record: list[str] = []
+
+
+    def _write(line: dict[str, Any]) -> None:
+        if _record:
+            with open(_record[-1], "a") as f:
+                f.write(json.dumps({**line, "pid": os.getpid()}) + "\\n")
+
+
+    class Recording:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        async def pull_message(self, addr: str, request: Any, timeout_ms: int) -> Any:
+            result = await self._inner.pull_message(addr, request, timeout_ms)
+            _write(
+                {
+                    "pull": request.queue_offset,
+                    "queue": request.queue_id,
+                    "group": request.consumer_group,
+                    "found": len(result.messages),
+                }
+            )
+            return result
+
+
+    def create(config: Any, hook: Any = None) -> Recording:
+        from rmqk.plugins.remoting import create_tcp_transport
+
+        options = dict(config.options)
+        _record.append(options.pop("record", "") or os.environ.get("RMQK_RECORDING_FILE", ""))
+        return Recording(create_tcp_transport(attrs.evolve(config, options=options), hook))
+
+
+    create.option_specs = (  # type: ignore[attr-defined]
+        OptionSpec(
+            name="record", value_type=OptionType.STR, doc="file to record pulls in", default=""
+        ),
+    )
+
+
+    @hookimpl
+    def rmqk_register_transports(register: Any) -> None:
+        register("recording", create)
+
+
+    @hookimpl
+    def rmqk_filter_message(context: Any) -> None:
+        dropped = [m for m in context.messages if m.tags == "cancelled"]
+        context.messages[:] = [m for m in context.messages if m.tags != "cancelled"]
+        _write({"filtered": len(dropped), "group": context.consumer_group})
+    '''
+)
+
+
+def install_plugin(where: Path) -> Path:
+    """The plugin as an installed distribution in ``where`` (to put on the path)."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "rmqk_recording_plugin.py").write_text(PLUGIN)
+    info = where / "rmqk_recording_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: rmqk-recording-plugin\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text("[rmqk]\nrecording = rmqk_recording_plugin\n")
+    return where
+
+
+@pytest.fixture
+def recording_plugin(tmp_path: Path) -> Iterator[Path]:
+    """The plugin installed and loaded in this process; the record file's path."""
+    from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
+
+    site = install_plugin(tmp_path / "site")
+    sys.path.insert(0, str(site))
+    reset_plugin_manager()
+    try:
+        assert "recording" in registries().transports
+        assert get_plugin_manager().hook.rmqk_filter_message.get_hookimpls()
+        yield tmp_path / "record.jsonl"
+    finally:
+        sys.path.remove(str(site))
+        sys.modules.pop("rmqk_recording_plugin", None)
+        reset_plugin_manager()
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# -- one module builds pull requests ---------------------------------------------------------
+
+
+def _python_files() -> Iterator[Path]:
+    for folder in ("kernel", "plugins", "bench", "examples"):
+        yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def _called_name(node: ast.Call) -> str:
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _names_pull_message(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "PULL_MESSAGE"
+
+
+def test_one_module_builds_pull_requests() -> None:
+    """The header is built in rmqk.engine.pull only; the tcp transport alone encodes it."""
+    builders: list[str] = []
+    encoders: list[str] = []
+    for path in _python_files():
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if not isinstance(node, ast.Call):
+                continue
+            name = _called_name(node)
+            if name == "PullMessageRequest":
+                builders.append(f"{where}:{node.lineno}")
+            # RemotingCommand(RequestCode.PULL_MESSAGE, ...) or RemotingCommand.request(...).
+            if name in ("RemotingCommand", "request") and any(
+                _names_pull_message(a) for a in node.args[:1]
+            ):
+                encoders.append(f"{where}:{node.lineno}")
+    assert [b.rpartition(":")[0] for b in builders] == ["kernel/engine/pull.py"], builders
+    assert [e.rpartition(":")[0] for e in encoders] == ["plugins/remoting/consumer_calls.py"], (
+        encoders
+    )
+
+
+# -- the reader ------------------------------------------------------------------------------
+
+
+async def _orders(namesrv: str, count: int) -> Any:
+    from rmqk.plugins.spark.demo import produce_orders
+
+    return await produce_orders(namesrv, count, topic="Orders")
+
+
+async def test_the_reader_uses_the_clients_transport_and_the_filter_hooks(
+    broker: Any, recording_plugin: Path
+) -> None:
+    from rmqk.engine.reader import RangeReader, ReaderSettings
+    from rmqk.model import MessageQueue
+
+    await broker.create_topic("Orders", queues=2)
+    produced = await _orders(broker.namesrv_addr, 300)
+    settings = ReaderSettings(
+        namesrv_addrs=[broker.namesrv_addr],
+        group="reader-test",
+        transport="recording",
+        transport_options={"record": str(recording_plugin)},
+    )
+    async with RangeReader.open(settings) as reader:
+        queues = await reader.queues("Orders")
+        assert queues == [MessageQueue("Orders", broker.broker_name, q) for q in (0, 1)]
+        mq = queues[0]
+        end = await reader.max_offset(mq)
+        assert await reader.min_offset(mq) == 0 and end > 40
+        msgs = [m async for batch in reader.read(mq, 5, end - 3) for m in batch]
+    offsets = [m.queue_offset for m in msgs]
+    assert offsets == sorted(offsets) and min(offsets) >= 5 and max(offsets) < end - 3
+    assert msgs and not [m for m in msgs if m.tags == "cancelled"]
+    lines = records(recording_plugin)
+    pulls = [r for r in lines if "pull" in r]
+    filtered = sum(r["filtered"] for r in lines if "filtered" in r)
+    assert pulls[0]["pull"] == 5 and {r["group"] for r in pulls} == {"reader-test"}
+    # Every offset of the range was pulled; the hook removed the cancelled ones.
+    assert sum(r["found"] for r in pulls) == end - 8 == len(msgs) + filtered
+    assert filtered > 0 and dict(produced.per_tag)["cancelled"] >= filtered
+
+
+async def test_the_trace_lookup_scans_through_the_reader(
+    broker: Any, recording_plugin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker that cannot query by key has its trace queues read with the chosen transport."""
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.message import Message
+    from rmqk.plugins.trace.lookup import find_trace_messages
+    from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+
+    await broker.create_topic("Looked", queues=1)
+    async with AsyncProducer(
+        "look-pg", namesrv_addr=broker.namesrv_addr, enable_msg_trace=True
+    ) as producer:
+        sent = await producer.send(Message("Looked", b"x"))
+    original = broker.processors.handle
+
+    async def handle(conn: Any, request: RemotingCommand, st: int) -> Any:
+        if request.code == RequestCode.QUERY_MESSAGE:
+            return RemotingCommand.response_to(
+                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "no index"
+            )
+        return await original(conn, request, st)
+
+    broker.processors.handle = handle
+    # The lookup passes no transport options: the plugin's record file comes from its variable.
+    monkeypatch.setenv("RMQK_RECORDING_FILE", str(recording_plugin))
+    found = await find_trace_messages(
+        [broker.namesrv_addr], "RMQ_SYS_TRACE_TOPIC", sent.msg_id, transport="recording"
+    )
+    assert [m.keys for m in found] and all(sent.msg_id in (m.keys or "") for m in found)
+    pulls = [r for r in records(recording_plugin) if "pull" in r]
+    assert pulls and {r["group"] for r in pulls} == {"rmqk_trace_reader"}
+
+
+# -- the Spark source ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from rmqk.plugins.spark.session import get_session, stop_session
+
+    session = get_session(conf={"spark.driver.memory": "1g"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    stop_session()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_the_spark_source_uses_the_transport_plugin_and_filter_hooks(
+    spark: Any, broker_thread: Any, recording_plugin: Path
+) -> None:
+    """The executors, separate Python processes, load the plugin through its entry point."""
+    import os
+
+    from rmqk.plugins.spark.source import register
+
+    broker_thread.call(broker_thread.broker.create_topic("Orders", queues=2))
+    produced = asyncio.run(_orders(broker_thread.namesrv_addr, 400))
+    cancelled = dict(produced.per_tag)["cancelled"]
+    assert cancelled > 0
+    site = recording_plugin.parent / "site"
+    environment = spark.sparkContext.environment
+    saved = dict(environment)
+    # The data source is pickled with the environment its Python workers run in.
+    environment["PYTHONPATH"] = str(site)
+    register(spark)
+    try:
+        rows = (
+            spark.read.format("rocketmq")
+            .option("namesrv", broker_thread.namesrv_addr)
+            .option("topics", "Orders")
+            .option("transport", "recording")
+            .option("transportOptions", json.dumps({"record": str(recording_plugin)}))
+            .load()
+            .select("tags", "msg_id")
+            .collect()
+        )
+    finally:
+        environment.clear()
+        environment.update(saved)
+        register(spark)
+    assert len(rows) == 400 - cancelled
+    assert "cancelled" not in {r.tags for r in rows}
+    assert {r.msg_id for r in rows} < set(produced.msg_ids)
+    lines = records(recording_plugin)
+    executors = [r for r in lines if r["pid"] != os.getpid()]
+    assert sum(r["found"] for r in executors if "pull" in r) == 400
+    assert sum(r["filtered"] for r in executors if "filtered" in r) == cancelled
+    assert {r["group"] for r in executors} == {"rmqk-spark-source"}
+
+
+def test_the_spark_source_refuses_an_unknown_transport_and_bad_transport_options(
+    recording_plugin: Path,
+) -> None:
+    from rmqk.errors import ConfigError
+    from rmqk.plugins.spark.source import SourceOptions
+
+    base = {"namesrv": "127.0.0.1:9876", "topics": "Orders"}
+    with pytest.raises(ConfigError) as info:
+        SourceOptions.parse({**base, "transport": "carrier-pigeon"}, streaming=False)
+    (problem,) = info.value.problems
+    assert problem.key == "transport" and "unknown transport 'carrier-pigeon'" in problem.message
+    assert "registered: " in problem.message and "recording" in problem.message
+    with pytest.raises(ConfigError) as info:
+        SourceOptions.parse({**base, "transportOptions": "[1]"}, streaming=False)
+    assert [p.key for p in info.value.problems] == ["transportOptions"]
+    assert "must be a JSON object" in info.value.problems[0].message
+    with pytest.raises(ConfigError) as info:
+        SourceOptions.parse(
+            {**base, "transport": "recording", "transportOptions": '{"colour": "red"}'},
+            streaming=False,
+        )
+    assert "transport 'recording'" in str(info.value) and "colour" in str(info.value)
+    parsed = SourceOptions.parse(
+        {**base, "Transport": "recording", "transportoptions": '{"record": "r"}', "useTLS": "true"},
+        streaming=False,
+    )
+    settings = parsed.reader().settings
+    assert (settings.transport, dict(settings.transport_options), settings.use_tls) == (
+        "recording",
+        {"record": "r"},
+        True,
+    )
+
+
+async def test_offsets_gone_by_retention_raise_or_are_skipped_with_a_warning(
+    broker_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.engine.reader import OffsetsGoneError, RangeReader, ReaderSettings
+    from rmqk.message import Message
+
+    every_hour = ";".join(str(h) for h in range(24))
+    broker = await broker_factory(
+        segment_size=16 * 1024,
+        max_message_size=8192,
+        file_reserved_time=0.0,
+        delete_when=every_hour,
+        clean_resource_interval=0.05,
+    )
+    await broker.create_topic("Old", queues=1)
+    async with AsyncProducer("old-pg", namesrv_addr=broker.namesrv_addr) as producer:
+        for i in range(120):
+            await producer.send(Message("Old", b"%06d" % i + b"z" * 400))
+    # Retention deletes every segment but the active one; then the queue's start is fixed.
+    for _ in range(200):
+        if len(broker.store.commit_log.segments) == 1:
+            break
+        await asyncio.sleep(0.05)
+    gone = broker.store.min_offset("Old", 0)
+    assert gone > 0
+    settings = ReaderSettings(namesrv_addrs=[broker.namesrv_addr], group="old-reader")
+    async with RangeReader.open(settings) as reader:
+        (mq,) = await reader.queues("Old")
+        end = await reader.max_offset(mq)
+        with pytest.raises(OffsetsGoneError) as info:
+            [m async for batch in reader.read(mq, 0, end) for m in batch]
+        assert (info.value.gap.first, info.value.gap.end, info.value.gap.deleted) == (0, gone, True)
+        assert f"offsets 0..{gone - 1} of " in str(info.value) and "deleted by retention" in str(
+            info.value
+        )
+        assert reader.skipped_gaps == 0
+        with caplog.at_level(logging.WARNING, "rmqk.engine.reader"):
+            got = [m async for batch in reader.read(mq, 0, end, skip_gaps=True) for m in batch]
+    assert [m.queue_offset for m in got] == list(range(gone, end))
+    assert (reader.skipped_gaps, reader.skipped_offsets) == (1, gone)
+    (warning,) = [r for r in caplog.records if r.name == "rmqk.engine.reader"]
+    assert warning.levelno == logging.WARNING and "skipping them (group old-reader)" in (
+        warning.getMessage()
+    )
