@@ -17,16 +17,17 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
-from rmqk.config import Config, ConsumerSpec, announce_config
+from rmqk.config import Config, ConsumerSpec, announce_config, load_config_unsound
 from rmqk.consume_host import factory_option_specs, parse_service_options
 from rmqk.contracts import OffsetStoreContext
 from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.options import Where, rehome
 from rmqk.optionspec import plugin_option_problems
+from rmqk.optiontext import render_key
 from rmqk.pluginmanager import get_plugin_manager, registries
 from rmqk.transport import Transport
 
-__all__ = ["check", "preflight", "preflight_problems", "sink_step"]
+__all__ = ["check", "check_file", "preflight", "preflight_problems", "sink_step"]
 
 # A store built only to check its options is never loaded, so no file is read
 # under this id; the real one (ip@pid) is known once the client instance exists.
@@ -55,6 +56,40 @@ def check(config: Config) -> None:
     """:func:`preflight`, leaving the process's plugins as they were before it."""
     with _configuration_undone():
         preflight(config)
+
+
+def check_file(path: str) -> Config:
+    """The config at ``path`` once nothing is wrong with it, else one :class:`ConfigError`
+    listing every problem of the file: each consumer table's own keys and its plugins'
+    options, in every table, even those with problems of their own (``rmqk check``).
+
+    Leaves the process's plugins as they were before it, like :func:`check`.
+    """
+    config, problems, unsound = load_config_unsound(path)
+    with _configuration_undone():
+        problems += preflight_problems(config)
+        for table in unsound:
+            problems += _consumer_problems(config.path, table.spec, skip=table.rejected)
+    if problems:
+        tables = _consumer_tables(config.document)
+        # Grouped by consumer table, in file order; problems of no consumer table first.
+        raise ConfigError(sorted(problems, key=lambda p: _position(p.table, tables)))
+    return config
+
+
+def _consumer_tables(document: Mapping[str, Any]) -> list[str]:
+    consumers = document.get("consumers")
+    if not isinstance(consumers, Mapping):
+        return []
+    return [f"consumers.{render_key(name)}" for name in consumers]
+
+
+def _position(table: str, consumer_tables: list[str]) -> int:
+    """The index of the consumer table ``table`` is (or is inside), else -1."""
+    for i, consumer in enumerate(consumer_tables):
+        if table == consumer or table.startswith(f"{consumer}."):
+            return i
+    return -1
 
 
 @contextlib.contextmanager
@@ -96,13 +131,28 @@ def preflight_problems(
     return problems
 
 
-def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
+# The keys a plugin's options check depends on: with a problem of its own, one of them
+# leaves the plugin unknown (or its options unread), so the check would only repeat it.
+_SINK_KEYS = frozenset({"sink", "sink_options"})
+_ALLOCATION_KEYS = frozenset({"allocate_message_queue_strategy", "allocate_options"})
+_OFFSET_STORE_KEYS = frozenset({"offset_store", "offset_store_options", "message_model"})
+_TRANSPORT_KEYS = frozenset({"transport", "transport_options"})
+_CONSUME_SERVICE_KEYS = frozenset({"consume_service", "consume_service_options"})
+
+
+def _consumer_problems(
+    path: str, spec: ConsumerSpec, skip: frozenset[str] = frozenset()
+) -> list[ConfigProblem]:
+    """The problems of the plugins ``spec`` is composed of, except those resting on a key
+    in ``skip`` (keys of a table with problems already reported)."""
     where = Where(path, spec.table)
     problems: list[ConfigProblem] = []
     regs = registries()
     options = spec.options
 
-    if not spec.sink:
+    if skip & _SINK_KEYS:
+        pass
+    elif not spec.sink:
         names = ", ".join(regs.sinks.names()) or "none installed"
         problems.append(
             where.problem(
@@ -118,37 +168,43 @@ def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
                 regs.sinks.create(spec.sink, spec.sink_options)
         except ConfigError as exc:
             problems += exc.problems
-    problems += _built(
-        where,
-        "allocate_options",
-        lambda: regs.allocation_strategies.create(
-            options.allocate_message_queue_strategy, **dict(options.allocate_options)
-        ),
-    )
-    problems += _built(
-        where,
-        "offset_store_options",
-        lambda: regs.offset_stores.create(
-            options.effective_offset_store,
-            OffsetStoreContext(
-                group=spec.group,
-                client_id=_CHECK_CLIENT_ID,
-                message_model=options.message_model,
-                options=options.offset_store_options,
-                client=_Unconnected(),
+    if not skip & _ALLOCATION_KEYS:
+        problems += _built(
+            where,
+            "allocate_options",
+            lambda: regs.allocation_strategies.create(
+                options.allocate_message_queue_strategy, **dict(options.allocate_options)
             ),
-        ),
-    )
-    problems += _transport_option_problems(where, options.transport, options.transport_options)
-    problems += _built(
-        where,
-        "consume_service_options",
-        lambda: parse_service_options(
-            options.consume_service,
-            options.consume_service_options,
-            factory_option_specs(regs.consume_services.get(options.consume_service)),
-        ),
-    )
+        )
+    if not skip & _OFFSET_STORE_KEYS:
+        problems += _built(
+            where,
+            "offset_store_options",
+            lambda: regs.offset_stores.create(
+                options.effective_offset_store,
+                OffsetStoreContext(
+                    group=spec.group,
+                    client_id=_CHECK_CLIENT_ID,
+                    message_model=options.message_model,
+                    options=options.offset_store_options,
+                    client=_Unconnected(),
+                ),
+            ),
+        )
+    if not skip & _TRANSPORT_KEYS:
+        problems += _transport_option_problems(
+            where, options.transport, options.transport_options
+        )
+    if not skip & _CONSUME_SERVICE_KEYS:
+        problems += _built(
+            where,
+            "consume_service_options",
+            lambda: parse_service_options(
+                options.consume_service,
+                options.consume_service_options,
+                factory_option_specs(regs.consume_services.get(options.consume_service)),
+            ),
+        )
     return problems
 
 

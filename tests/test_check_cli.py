@@ -331,3 +331,53 @@ async def test_transport_options_from_python_are_refused_as_from_a_file() -> Non
     )
     with pytest.raises(ConfigError, match="client_close_socket_if_timeout"):
         await producer.start()
+
+
+def test_check_reports_five_mistakes_in_three_tables_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 26: sink and offset store option mistakes used to appear only once every
+    # consumer-level problem was fixed, as the first table's problem stopped the check.
+    path = tmp_path / "five.toml"
+    head = 'namesrv_addr = "127.0.0.1:1"\nsubscription = { T = "*" }\nsink = "jsonl"\n'
+    path.write_text(
+        f'[consumers.a]\ngroup = "ga"\n{head}pull_batch_size = -5\n'
+        'sink_options = { path = "a.jsonl", fsynk = true }\n\n'
+        f'[consumers.b]\ngroup = "gb"\n{head}'
+        'sink_options = { path = "b.jsonl", body_fromat = "text" }\n\n'
+        f'[consumers.c]\ngroup = "gc"\n{head}message_model = "BROADCASTING"\n'
+        'sink_options = { path = "c.jsonl", body_format = "xml" }\n'
+        'offset_store_options = { direcotry = "d" }\n'
+    )
+    status, out, err = _check(capsys, str(path))
+    assert (status, out) == (1, "")
+    assert err.splitlines() == [
+        "rmqk: error: 5 problems in config:",
+        f"  {path}: [consumers.a] pull_batch_size: pull_batch_size Out of range [1, 1024], "
+        "got -5",
+        f"  {path}: [consumers.a.sink_options] fsynk: jsonl: unknown option "
+        "(did you mean 'fsync'?); allowed: path, body_format, fsync",
+        f"  {path}: [consumers.b.sink_options] body_fromat: jsonl: unknown option "
+        "(did you mean 'body_format'?); allowed: path, body_format, fsync",
+        f"  {path}: [consumers.c.sink_options] body_format: jsonl: must be one of text, "
+        "base64, json, got 'xml'",
+        f"  {path}: [consumers.c.offset_store_options] direcotry: local-file: unknown option; "
+        "allowed: dir, persist_mode",
+    ]
+
+
+def test_check_does_not_repeat_a_plugin_problem_its_table_already_has(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An unknown sink is said once, not again as a failing factory; the table's other
+    # plugins are still checked.
+    path = _write(
+        tmp_path,
+        'sink = "jsonl-typo"\nsink_options = { path = "o.jsonl" }\n'
+        "offset_store_options = { timeout_ms = 0 }\n",
+    )
+    status, _, err = _check(capsys, str(path))
+    assert status == 1
+    assert err.startswith("rmqk: error: 2 problems in config:\n"), err
+    assert f"{path}: [consumers.orders] sink: unknown sink 'jsonl-typo'" in err
+    assert f"{path}: [consumers.orders.offset_store_options] timeout_ms: " in err
