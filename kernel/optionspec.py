@@ -35,6 +35,7 @@ __all__ = [
     "Where",
     "check_timestamp",
     "convert_values",
+    "declared_options",
     "freeze",
     "load_object",
     "load_options",
@@ -403,6 +404,15 @@ def option(
 
 
 _SPECS_CACHE: dict[type, Mapping[str, OptionSpec]] = {}
+
+
+def declared_options(cls: type) -> tuple[OptionSpec, ...]:
+    """The options ``cls`` declares, as a plugin factory's ``option_specs`` holds them.
+
+    A factory (of any plugin kind) with ``option_specs`` has its options table
+    checked against them by the kernel, in ``rmqk check`` and ``rmqk run``.
+    """
+    return tuple(option_specs(cls).values())
 
 
 def option_specs(cls: type) -> Mapping[str, OptionSpec]:

@@ -24,7 +24,7 @@ from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.options import Where, rehome
 from rmqk.optionspec import plugin_option_problems
 from rmqk.optiontext import render_key
-from rmqk.pluginmanager import get_plugin_manager, registries
+from rmqk.pluginmanager import Registry, get_plugin_manager, registries
 from rmqk.transport import Transport
 
 __all__ = ["check", "check_file", "preflight", "preflight_problems", "sink_step"]
@@ -162,13 +162,24 @@ def _consumer_problems(
                 f"(registered sinks: {names})",
             )
         )
+    elif declared := _declared_problems(where, regs.sinks, spec.sink, spec.sink_options):
+        problems += declared
     else:
         try:
             with sink_step(path, spec, "factory"):
                 regs.sinks.create(spec.sink, spec.sink_options)
         except ConfigError as exc:
             problems += exc.problems
-    if not skip & _ALLOCATION_KEYS:
+    if skip & _ALLOCATION_KEYS:
+        pass
+    elif declared := _declared_problems(
+        where,
+        regs.allocation_strategies,
+        options.allocate_message_queue_strategy,
+        options.allocate_options,
+    ):
+        problems += declared
+    else:
         problems += _built(
             where,
             "allocate_options",
@@ -176,7 +187,13 @@ def _consumer_problems(
                 options.allocate_message_queue_strategy, **dict(options.allocate_options)
             ),
         )
-    if not skip & _OFFSET_STORE_KEYS:
+    if skip & _OFFSET_STORE_KEYS:
+        pass
+    elif declared := _declared_problems(
+        where, regs.offset_stores, options.effective_offset_store, options.offset_store_options
+    ):
+        problems += declared
+    else:
         problems += _built(
             where,
             "offset_store_options",
@@ -192,8 +209,10 @@ def _consumer_problems(
             ),
         )
     if not skip & _TRANSPORT_KEYS:
-        problems += _transport_option_problems(
-            where, options.transport, options.transport_options
+        # A transport is built only once the consumer connects: the declaration is all
+        # there is to check before that.
+        problems += _declared_problems(
+            where, regs.transports, options.transport, options.transport_options
         )
     if not skip & _CONSUME_SERVICE_KEYS:
         problems += _built(
@@ -208,25 +227,35 @@ def _consumer_problems(
     return problems
 
 
-def _transport_option_problems(
-    where: Where, transport: str, raw: Mapping[str, Any]
-) -> list[ConfigProblem]:
-    """``transport_options`` keys the transport does not declare, and values it refuses.
+# The options table of each kind, and how its problems name the plugin: as the
+# plugin's own checks always have (``jsonl: ...``, ``transport 'tcp': ...``).
+_OPTIONS_KEY = {
+    "sink": ("sink_options", "{name}"),
+    "allocation strategy": ("allocate_options", "{name}"),
+    "offset store": ("offset_store_options", "{name}"),
+    "transport": ("transport_options", "transport {name!r}"),
+}
 
-    Only a transport factory with ``option_specs`` is checked: one without them
-    predates the declaration and may read keys rmqk cannot know of.
+
+def _declared_problems(
+    where: Where, registry: Registry[Any], name: str, raw: Mapping[str, Any]
+) -> list[ConfigProblem]:
+    """The problems of ``raw`` against the options the plugin's factory declares.
+
+    Every kind is checked the same way: a factory with ``option_specs`` (a sequence
+    of :class:`rmqk.options.OptionSpec`) has its table checked here, any key it does
+    not declare refused. Nothing is found for an unknown name (reported with the
+    plugin names) or a factory that declares nothing: one that predates declarations
+    checks its table itself, when it is built.
     """
-    regs = registries()
-    if transport not in regs.transports:
-        return []  # check_plugin_names reports the unknown name
-    factory = regs.transports.get(transport)
+    if name not in registry:
+        return []
+    factory = registry.get(name)
     if not hasattr(factory, "option_specs"):
         return []
+    key, owner = _OPTIONS_KEY[registry.kind]
     return plugin_option_problems(
-        f"transport {transport!r}",
-        factory_option_specs(factory),
-        raw,
-        where.nested("transport_options"),
+        owner.format(name=name), factory_option_specs(factory), raw, where.nested(key)
     )
 
 

@@ -16,7 +16,7 @@ from rmqk.cli import main
 from rmqk.config import load_config
 from rmqk.errors import ClientError
 from rmqk.hookspecs import hookimpl
-from rmqk.options import PluginChoice, plugin_choices
+from rmqk.options import OptionSpec, OptionType, PluginChoice, plugin_choices
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
 from rmqk.runtime import ComposedConsumer
 
@@ -381,3 +381,105 @@ def test_check_does_not_repeat_a_plugin_problem_its_table_already_has(
     assert err.startswith("rmqk: error: 2 problems in config:\n"), err
     assert f"{path}: [consumers.orders] sink: unknown sink 'jsonl-typo'" in err
     assert f"{path}: [consumers.orders.offset_store_options] timeout_ms: " in err
+
+
+# -- one contract: declared option specs, checked by the kernel for every kind (issue 26) --
+
+
+class _Unchecking:
+    """A third-party sink that declares its options and never looks at them itself."""
+
+    option_specs = (
+        OptionSpec("path", OptionType.PATH, "The file.", required="the file to write"),
+        OptionSpec("rows", OptionType.INT, "Rows per file.", 100, minimum=1),
+    )
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        pass
+
+    async def start(self) -> None:
+        return None
+
+    async def write(self, queue: Any, messages: Sequence[Any]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def _unchecking_store(context: Any) -> Any:
+    raise AssertionError("the kernel refuses the table before building the store")
+
+
+_unchecking_store.option_specs = (  # type: ignore[attr-defined]
+    OptionSpec("ttl_s", OptionType.INT, "Seconds kept.", 60, minimum=1),
+)
+
+
+def _unchecking_strategy(**options: Any) -> Any:
+    raise AssertionError("the kernel refuses the table before building the strategy")
+
+
+_unchecking_strategy.option_specs = ()  # type: ignore[attr-defined]
+
+
+class _Declaring:
+    @hookimpl
+    def rmqk_register_sinks(self, register: Any) -> None:
+        register("declaring", _Unchecking)
+
+    @hookimpl
+    def rmqk_register_offset_stores(self, register: Any) -> None:
+        register("declaring-store", _unchecking_store)
+
+    @hookimpl
+    def rmqk_register_allocation_strategies(self, register: Any) -> None:
+        register("DECLARING", _unchecking_strategy)
+
+
+@pytest.fixture
+def declaring_plugins() -> Iterator[None]:
+    reset_plugin_manager()
+    get_plugin_manager().register(_Declaring(), name="test-declaring")
+    try:
+        yield
+    finally:
+        reset_plugin_manager()
+
+
+def test_the_kernel_checks_every_kinds_declared_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], declaring_plugins: None
+) -> None:
+    path = _write(
+        tmp_path,
+        'sink = "declaring"\nsink_options = { rows = 0, colour = "red" }\n'
+        'offset_store = "declaring-store"\noffset_store_options = { ttl = 5 }\n'
+        'allocate_message_queue_strategy = "DECLARING"\nallocate_options = { n = 1 }\n',
+    )
+    expected = [
+        "rmqk: error: 5 problems in config:",
+        f"  {path}: [consumers.orders.sink_options] rows: declaring: must be an integer >= 1, "
+        "got 0",
+        f"  {path}: [consumers.orders.sink_options] colour: declaring: unknown option; "
+        "allowed: path, rows",
+        f"  {path}: [consumers.orders.sink_options] path: declaring: required key is missing: "
+        "the file to write",
+        f"  {path}: [consumers.orders.allocate_options] n: DECLARING: unknown option; "
+        "allowed: no options",
+        f"  {path}: [consumers.orders.offset_store_options] ttl: declaring-store: unknown "
+        "option (did you mean 'ttl_s'?); allowed: ttl_s",
+    ]
+    status, out, err = _check(capsys, str(path))
+    assert (status, out, err.splitlines()) == (1, "", expected)
+    # `rmqk run` refuses the same, before it builds or connects anything.
+    assert main(["run", str(path), "--no-summary"]) == 1
+    assert capsys.readouterr().err.splitlines() == expected
+
+
+def test_a_declared_table_that_is_right_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], declaring_plugins: None
+) -> None:
+    path = _write(tmp_path, 'sink = "declaring"\nsink_options = { path = "o" }\n')
+    status, out, err = _check(capsys, str(path))
+    assert (status, err) == (0, "")
+    assert 'sink = "declaring"' in out
