@@ -10,13 +10,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from rmqk.cli import main
 from rmqk.config import load_config
 from rmqk.errors import ClientError
 from rmqk.hookspecs import hookimpl
-from rmqk.options import OptionSpec, OptionType, PluginChoice, plugin_choices
+from rmqk.options import OptionSpec, OptionType, PluginChoice, option, plugin_choices
+from rmqk.optionspec import declared_options
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
 from rmqk.runtime import ComposedConsumer
 
@@ -353,8 +355,7 @@ def test_check_reports_five_mistakes_in_three_tables_at_once(
     assert (status, out) == (1, "")
     assert err.splitlines() == [
         "rmqk: error: 5 problems in config:",
-        f"  {path}: [consumers.a] pull_batch_size: pull_batch_size Out of range [1, 1024], "
-        "got -5",
+        f"  {path}: [consumers.a] pull_batch_size: pull_batch_size Out of range [1, 1024], got -5",
         f"  {path}: [consumers.a.sink_options] fsynk: jsonl: unknown option "
         "(did you mean 'fsync'?); allowed: path, body_format, fsync",
         f"  {path}: [consumers.b.sink_options] body_fromat: jsonl: unknown option "
@@ -386,13 +387,17 @@ def test_check_does_not_repeat_a_plugin_problem_its_table_already_has(
 # -- one contract: declared option specs, checked by the kernel for every kind (issue 26) --
 
 
+@attrs.frozen
+class _UncheckingOptions:
+    path: str = option(OptionType.PATH, "The file.", required="the file to write")
+    rows: int = option(OptionType.INT, "Rows per file.", 100, minimum=1)
+
+
 class _Unchecking:
     """A third-party sink that declares its options and never looks at them itself."""
 
-    option_specs = (
-        OptionSpec("path", OptionType.PATH, "The file.", required="the file to write"),
-        OptionSpec("rows", OptionType.INT, "Rows per file.", 100, minimum=1),
-    )
+    # As docs/hooks.md says: an options class's declarations as the factory's option_specs.
+    option_specs = declared_options(_UncheckingOptions)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         pass
