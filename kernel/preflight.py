@@ -4,11 +4,15 @@
 ``check`` accepts is one ``run`` can start. For every consumer it builds what
 the consumer would be made of, short of connecting: the sink (its factory
 checks its options and imports its functions), the allocation strategy, the
-offset store (not loaded) and the consume service's options. Every problem is
-reported at once, each naming the file, the table and the key.
+offset store (not loaded) and the consume service's options. A plugin whose
+factory declares ``option_specs`` has its options table checked against them
+first, the same way for every kind, and is built only when they are right.
+Every problem is reported at once, each naming the file, the table and the key.
 
-``rmqk check`` calls :func:`check`, which undoes on return what the plugins
-configured from the file, so an in-process check leaves no state behind.
+``rmqk check`` calls :func:`check_file`, which also looks into the plugins of
+consumer tables that have problems of their own, so a file's every problem is
+said in one run, and which undoes on return what the plugins configured from
+the file, so an in-process check leaves no state behind.
 """
 
 from __future__ import annotations
