@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pluggy
@@ -110,15 +110,15 @@ def _cmd_check_args(parser: argparse.ArgumentParser) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     from rmqk.cli import error_line
     from rmqk.config import describe_config
-    from rmqk.preflight import check
+    from rmqk.preflight import check_file
 
     status = 0
     for path in args.config:
         try:
-            config = load_config_beside_modules(path)
-            # What `rmqk run` builds before connecting, built here the same way,
-            # and nothing the plugins configured from the file outlives the check.
-            check(config)
+            # What `rmqk run` builds before connecting, built here the same way, for
+            # every table, those with problems of their own too, so every problem of the
+            # file is said at once; nothing the plugins configured outlives the check.
+            config = load_config_beside_modules(path, load=check_file)
         except RmqkError as exc:
             print(error_line(exc), file=sys.stderr)
             status = 1
@@ -152,7 +152,7 @@ def _cmd_run_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_config_beside_modules(path: str) -> Any:
+def load_config_beside_modules(path: str, load: Callable[[str], Any] | None = None) -> Any:
     """Load a config whose python sink may name modules kept in the config's own folder.
 
     The folder goes at the end of ``sys.path``: the working directory (put first
@@ -167,7 +167,7 @@ def load_config_beside_modules(path: str) -> Any:
     folder = str(Path(path).resolve().parent)
     if folder not in sys.path:
         sys.path.append(folder)
-    return load_config(path)
+    return (load or load_config)(path)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

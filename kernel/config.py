@@ -18,6 +18,7 @@ import difflib
 import enum
 import json
 import os
+import re
 import time
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -61,10 +62,12 @@ __all__ = [
     "REQUIRED_KEYS",
     "Config",
     "ConsumerSpec",
+    "Unsound",
     "announce_config",
     "check_config_tables",
     "describe_config",
     "load_config",
+    "load_config_unsound",
 ]
 
 # Keys of a consumer table that are not consumer options: what the consumer is
@@ -257,6 +260,33 @@ def _rehome(config: Config, problems: Iterable[ConfigProblem]) -> list[ConfigPro
     ]
 
 
+@attrs.frozen
+class Unsound:
+    """A consumer table with problems: its spec (rejected values left at their defaults)
+    and the keys of the table the problems are about."""
+
+    spec: ConsumerSpec
+    rejected: frozenset[str]
+
+
+def load_config_unsound(
+    path: str | os.PathLike[str],
+) -> tuple[Config, list[ConfigProblem], list[Unsound]]:
+    """:func:`load_config` without raising: the config of the sound consumers, every problem
+    of the file, and each consumer table with problems, so ``rmqk check`` can look further
+    into those tables (their plugins' options) and report everything at once.
+
+    A file that cannot be read as TOML still raises :class:`ConfigError`.
+    """
+    where = os.fspath(path)
+    document = _read_toml(where)
+    problems: list[ConfigProblem] = []
+    unsound: list[Unsound] = []
+    consumers = _compose(where, document, problems, check_plugins=True, unsound=unsound)
+    config = Config(path=where, consumers=tuple(consumers), document=freeze(document))
+    return config, problems, unsound
+
+
 def announce_config(config: Config) -> None:
     """Hand the document to every plugin's ``rmqk_configure``, now and when registered later.
 
@@ -297,7 +327,12 @@ def _table_name(name: str) -> str:
 
 
 def _compose(
-    path: str, document: Mapping[str, Any], problems: list[ConfigProblem], *, check_plugins: bool
+    path: str,
+    document: Mapping[str, Any],
+    problems: list[ConfigProblem],
+    *,
+    check_plugins: bool,
+    unsound: list[Unsound] | None = None,
 ) -> list[ConsumerSpec]:
     top = Where(path, "")
     for key, value in document.items():
@@ -359,7 +394,7 @@ def _compose(
             )
             continue
         found: list[ConfigProblem] = []
-        group, spec = _consumer(name, table, where, found, sub_version, check_plugins)
+        group, spec, sound = _consumer(name, table, where, found, sub_version, check_plugins)
         if group is not None:
             effective = _effective_group(group, table.get("namespace"))
             if effective in groups:
@@ -374,9 +409,16 @@ def _compose(
             else:
                 groups[effective] = where.table
         problems.extend(_in_file_order(found, table))
-        if spec is not None and not found:
+        if sound and not found:
             specs.append(spec)
+        elif unsound is not None:
+            unsound.append(Unsound(spec, frozenset(_rejected_key(p) for p in found)))
     return specs
+
+
+def _rejected_key(problem: ConfigProblem) -> str:
+    # "allocate_options.virtual_node_count" and "subscription[0]" are keys of the table too.
+    return re.split(r"[.\[]", problem.key or "", maxsplit=1)[0]
 
 
 def _effective_group(group: str, namespace: object) -> str:
@@ -407,8 +449,9 @@ def _consumer(
     problems: list[ConfigProblem],
     sub_version: int,
     check_plugins: bool,
-) -> tuple[str | None, ConsumerSpec | None]:
-    """The consumer's valid group (for the duplicate check) and its spec if it has no problem."""
+) -> tuple[str | None, ConsumerSpec, bool]:
+    """The consumer's valid group (for the duplicate check), its spec, and whether the spec
+    is sound: with a problem, rejected values are left at their defaults."""
     for key, what in _REQUIRED_TEXT.items():
         if key not in table:
             problems.append(where.problem(key, f"required key is missing: {what}"))
@@ -475,11 +518,9 @@ def _consumer(
         choices = [c for c in choices if c.key not in rejected]
         problems.extend(check_plugin_names(choices, where, explicit=frozenset(table)))
 
-    if group is None or not subscriptions or problems:
-        return group, None
-    return group, ConsumerSpec(
+    spec = ConsumerSpec(
         name=name,
-        group=group,
+        group=group if group is not None else "",
         subscriptions=subscriptions,
         options=options,
         sink=sink,
@@ -487,6 +528,9 @@ def _consumer(
         from_file=frozenset(table),
         processes=processes,
     )
+    # A table with problems still gives its spec, for rmqk check to look at its plugins'
+    # options too; only a problem-free one is run.
+    return group, spec, group is not None and bool(subscriptions) and not problems
 
 
 _PROCESSES = next(s for s in COMPOSITION_KEYS if s.name == "processes")

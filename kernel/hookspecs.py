@@ -76,9 +76,11 @@ def rmqk_register_allocation_strategies(register: Register) -> None:
     ``register(name, factory)``: ``factory(**options)`` returns an object with
     ``name`` and ``allocate(group, current_cid, mq_all, cid_all) -> list[MessageQueue]``
     (see :class:`rmqk.contracts.AllocationStrategy`), where ``options`` come from the
-    consumer's ``allocate_options`` table. Names are what a config's
-    ``allocate_message_queue_strategy`` selects (``AVG`` is the default).
-    Returns nothing. Sync only.
+    consumer's ``allocate_options`` table. A factory with ``option_specs`` (a
+    sequence of :class:`rmqk.options.OptionSpec`) has that table checked against
+    them by ``rmqk check`` and ``rmqk run`` before it is called: any other key is
+    refused. Names are what a config's ``allocate_message_queue_strategy``
+    selects (``AVG`` is the default). Returns nothing. Sync only.
     """
 
 
@@ -89,7 +91,10 @@ def rmqk_register_offset_stores(register: Register) -> None:
     Called once when the registry of offset stores is first used.
     ``register(name, factory)``: ``factory(context)`` returns an
     :class:`rmqk.contracts.OffsetStore` for one consumer, where ``context`` is an
-    :class:`rmqk.contracts.OffsetStoreContext`. The defaults are ``remote-broker``
+    :class:`rmqk.contracts.OffsetStoreContext`; ``context.options`` is the
+    consumer's ``offset_store_options`` table. A factory with ``option_specs`` has
+    that table checked against them by ``rmqk check`` and ``rmqk run`` before it is
+    called: any other key is refused. The defaults are ``remote-broker``
     (clustering) and ``local-file`` (broadcasting). Returns nothing. Sync only.
     """
 
@@ -138,7 +143,10 @@ def rmqk_register_sinks(register: Register) -> None:
     Called once when the registry of sinks is first used.
     ``register(name, factory)``: ``factory(options)`` returns an
     :class:`rmqk.contracts.Sink` that a composed consumer hands its batches to;
-    ``options`` is the consumer's ``sink_options`` table. Returns nothing. Sync only.
+    ``options`` is the consumer's ``sink_options`` table. A factory with
+    ``option_specs`` (a sequence of :class:`rmqk.options.OptionSpec`) has that table
+    checked against them by ``rmqk check`` and ``rmqk run`` before it is called: any
+    other key is refused. Returns nothing. Sync only.
     """
 
 

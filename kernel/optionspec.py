@@ -36,6 +36,7 @@ __all__ = [
     "Where",
     "check_timestamp",
     "convert_values",
+    "declared_options",
     "freeze",
     "hidden_repr",
     "load_object",
@@ -431,6 +432,15 @@ def option(
 
 
 _SPECS_CACHE: dict[type, Mapping[str, OptionSpec]] = {}
+
+
+def declared_options(cls: type) -> tuple[OptionSpec, ...]:
+    """The options ``cls`` declares, as a plugin factory's ``option_specs`` holds them.
+
+    A factory (of any plugin kind) with ``option_specs`` has its options table
+    checked against them by the kernel, in ``rmqk check`` and ``rmqk run``.
+    """
+    return tuple(option_specs(cls).values())
 
 
 def option_specs(cls: type) -> Mapping[str, OptionSpec]:

@@ -4,12 +4,16 @@
 that ``check`` accepts is one ``run`` can start. For every consumer it builds what
 the consumer would be made of, short of connecting: the sink (its factory
 checks its options and imports its functions), the allocation strategy, the
-offset store (not loaded) and the consume service's options. Every problem is
-reported at once, each naming the file, the table and the key.
+offset store (not loaded) and the consume service's options. A plugin whose
+factory declares ``option_specs`` has its options table checked against them
+first, the same way for every kind, and is built only when they are right.
+Every problem is reported at once, each naming the file, the table and the key.
 
-``rmqk check`` calls :func:`check`: the plugins only check their tables
-(``rmqk_check_config``), so an in-process check configures nothing. ``rmqk run``
-calls :func:`preflight`, which then hands the file to ``rmqk_configure``.
+``rmqk check`` calls :func:`check_file`: the plugins only check their tables
+(``rmqk_check_config``), so an in-process check configures nothing, and it also
+looks into the plugins of consumer tables that have problems of their own, so a
+file's every problem is said in one run. ``rmqk run`` calls :func:`preflight`,
+which then hands the file to ``rmqk_configure``.
 """
 
 from __future__ import annotations
@@ -18,16 +22,23 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
-from rmqk.config import Config, ConsumerSpec, announce_config, check_config_tables
+from rmqk.config import (
+    Config,
+    ConsumerSpec,
+    announce_config,
+    check_config_tables,
+    load_config_unsound,
+)
 from rmqk.consume_host import factory_option_specs, parse_service_options
 from rmqk.contracts import OffsetStoreContext
 from rmqk.errors import ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.options import Where, rehome
 from rmqk.optionspec import plugin_option_problems
-from rmqk.pluginmanager import registries
+from rmqk.optiontext import render_key
+from rmqk.pluginmanager import Registry, registries
 from rmqk.transport import Transport
 
-__all__ = ["check", "preflight", "preflight_problems", "sink_step"]
+__all__ = ["check", "check_file", "preflight", "preflight_problems", "sink_step"]
 
 # A store built only to check its options is never loaded, so no file is read
 # under this id; the real one (ip@pid) is known once the client instance exists.
@@ -63,6 +74,39 @@ def check(config: Config, specs: Iterable[ConsumerSpec] | None = None) -> None:
         raise ConfigError(problems)
 
 
+def check_file(path: str) -> Config:
+    """The config at ``path`` once nothing is wrong with it, else one :class:`ConfigError`
+    listing every problem of the file: each consumer table's own keys and its plugins'
+    options, in every table, even those with problems of their own (``rmqk check``).
+
+    Like :func:`check`, it configures nothing (plugins only check their tables).
+    """
+    config, problems, unsound = load_config_unsound(path)
+    problems += preflight_problems(config)
+    for table in unsound:
+        problems += _consumer_problems(config.path, table.spec, skip=table.rejected)
+    if problems:
+        tables = _consumer_tables(config.document)
+        # Grouped by consumer table, in file order; problems of no consumer table first.
+        raise ConfigError(sorted(problems, key=lambda p: _position(p.table, tables)))
+    return config
+
+
+def _consumer_tables(document: Mapping[str, Any]) -> list[str]:
+    consumers = document.get("consumers")
+    if not isinstance(consumers, Mapping):
+        return []
+    return [f"consumers.{render_key(name)}" for name in consumers]
+
+
+def _position(table: str, consumer_tables: list[str]) -> int:
+    """The index of the consumer table ``table`` is (or is inside), else -1."""
+    for i, consumer in enumerate(consumer_tables):
+        if table == consumer or table.startswith(f"{consumer}."):
+            return i
+    return -1
+
+
 def preflight_problems(
     config: Config, specs: Iterable[ConsumerSpec] | None = None
 ) -> list[ConfigProblem]:
@@ -73,13 +117,28 @@ def preflight_problems(
     return problems
 
 
-def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
+# The keys a plugin's options check depends on: with a problem of its own, one of them
+# leaves the plugin unknown (or its options unread), so the check would only repeat it.
+_SINK_KEYS = frozenset({"sink", "sink_options"})
+_ALLOCATION_KEYS = frozenset({"allocate_message_queue_strategy", "allocate_options"})
+_OFFSET_STORE_KEYS = frozenset({"offset_store", "offset_store_options", "message_model"})
+_TRANSPORT_KEYS = frozenset({"transport", "transport_options"})
+_CONSUME_SERVICE_KEYS = frozenset({"consume_service", "consume_service_options"})
+
+
+def _consumer_problems(
+    path: str, spec: ConsumerSpec, skip: frozenset[str] = frozenset()
+) -> list[ConfigProblem]:
+    """The problems of the plugins ``spec`` is composed of, except those resting on a key
+    in ``skip`` (keys of a table with problems already reported)."""
     where = Where(path, spec.table)
     problems: list[ConfigProblem] = []
     regs = registries()
     options = spec.options
 
-    if not spec.sink:
+    if skip & _SINK_KEYS:
+        pass
+    elif not spec.sink:
         names = ", ".join(regs.sinks.names()) or "none installed"
         problems.append(
             where.problem(
@@ -89,65 +148,100 @@ def _consumer_problems(path: str, spec: ConsumerSpec) -> list[ConfigProblem]:
                 f"(registered sinks: {names})",
             )
         )
+    elif declared := _declared_problems(where, regs.sinks, spec.sink, spec.sink_options):
+        problems += declared
     else:
         try:
             with sink_step(path, spec, "factory"):
                 regs.sinks.create(spec.sink, spec.sink_options)
         except ConfigError as exc:
             problems += exc.problems
-    problems += _built(
+    if skip & _ALLOCATION_KEYS:
+        pass
+    elif declared := _declared_problems(
         where,
-        "allocate_options",
-        lambda: regs.allocation_strategies.create(
-            options.allocate_message_queue_strategy, **dict(options.allocate_options)
-        ),
-    )
-    problems += _built(
-        where,
-        "offset_store_options",
-        lambda: regs.offset_stores.create(
-            options.effective_offset_store,
-            OffsetStoreContext(
-                group=spec.group,
-                client_id=_CHECK_CLIENT_ID,
-                message_model=options.message_model,
-                options=options.offset_store_options,
-                client=_Unconnected(),
+        regs.allocation_strategies,
+        options.allocate_message_queue_strategy,
+        options.allocate_options,
+    ):
+        problems += declared
+    else:
+        problems += _built(
+            where,
+            "allocate_options",
+            lambda: regs.allocation_strategies.create(
+                options.allocate_message_queue_strategy, **dict(options.allocate_options)
             ),
-        ),
-    )
-    problems += _transport_option_problems(where, options.transport, options.transport_options)
-    problems += _built(
-        where,
-        "consume_service_options",
-        lambda: parse_service_options(
-            options.consume_service,
-            options.consume_service_options,
-            factory_option_specs(regs.consume_services.get(options.consume_service)),
-        ),
-    )
+        )
+    if skip & _OFFSET_STORE_KEYS:
+        pass
+    elif declared := _declared_problems(
+        where, regs.offset_stores, options.effective_offset_store, options.offset_store_options
+    ):
+        problems += declared
+    else:
+        problems += _built(
+            where,
+            "offset_store_options",
+            lambda: regs.offset_stores.create(
+                options.effective_offset_store,
+                OffsetStoreContext(
+                    group=spec.group,
+                    client_id=_CHECK_CLIENT_ID,
+                    message_model=options.message_model,
+                    options=options.offset_store_options,
+                    client=_Unconnected(),
+                ),
+            ),
+        )
+    if not skip & _TRANSPORT_KEYS:
+        # A transport is built only once the consumer connects: the declaration is all
+        # there is to check before that.
+        problems += _declared_problems(
+            where, regs.transports, options.transport, options.transport_options
+        )
+    if not skip & _CONSUME_SERVICE_KEYS:
+        problems += _built(
+            where,
+            "consume_service_options",
+            lambda: parse_service_options(
+                options.consume_service,
+                options.consume_service_options,
+                factory_option_specs(regs.consume_services.get(options.consume_service)),
+            ),
+        )
     return problems
 
 
-def _transport_option_problems(
-    where: Where, transport: str, raw: Mapping[str, Any]
-) -> list[ConfigProblem]:
-    """``transport_options`` keys the transport does not declare, and values it refuses.
+# The options table of each kind, and how its problems name the plugin: as the
+# plugin's own checks always have (``jsonl: ...``, ``transport 'tcp': ...``).
+_OPTIONS_KEY = {
+    "sink": ("sink_options", "{name}"),
+    "allocation strategy": ("allocate_options", "{name}"),
+    "offset store": ("offset_store_options", "{name}"),
+    "transport": ("transport_options", "transport {name!r}"),
+}
 
-    Only a transport factory with ``option_specs`` is checked: one without them
-    predates the declaration and may read keys rmqk cannot know of.
+
+def _declared_problems(
+    where: Where, registry: Registry[Any], name: str, raw: Mapping[str, Any]
+) -> list[ConfigProblem]:
+    """The problems of ``raw`` against the options the plugin's factory declares.
+
+    Every kind is checked the same way: a factory with ``option_specs`` (a sequence
+    of :class:`rmqk.options.OptionSpec`) has its table checked here, any key it does
+    not declare refused. Nothing is found for an unknown name (reported with the
+    plugin names) or a factory that declares nothing: one that predates declarations
+    checks its table itself, when it is built.
     """
-    regs = registries()
-    if transport not in regs.transports:
-        return []  # check_plugin_names reports the unknown name
-    factory = regs.transports.get(transport)
+    if name not in registry:
+        return []
+    factory = registry.get(name)
     if not hasattr(factory, "option_specs"):
         return []
+    key, owner = _OPTIONS_KEY[registry.kind]
     return plugin_option_problems(
-        f"transport {transport!r}",
-        factory_option_specs(factory),
-        raw,
-        where.nested("transport_options"),
+        owner.format(name=name), factory_option_specs(factory), raw, where.nested(key)
     )
 
 

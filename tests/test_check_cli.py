@@ -10,13 +10,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from rmqk.cli import main
 from rmqk.config import load_config
 from rmqk.errors import ClientError
 from rmqk.hookspecs import hookimpl
-from rmqk.options import PluginChoice, plugin_choices
+from rmqk.options import OptionSpec, OptionType, PluginChoice, option, plugin_choices
+from rmqk.optionspec import declared_options
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
 from rmqk.runtime import ComposedConsumer
 
@@ -331,3 +333,158 @@ async def test_transport_options_from_python_are_refused_as_from_a_file() -> Non
     )
     with pytest.raises(ConfigError, match="client_close_socket_if_timeout"):
         await producer.start()
+
+
+def test_check_reports_five_mistakes_in_three_tables_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 26: sink and offset store option mistakes used to appear only once every
+    # consumer-level problem was fixed, as the first table's problem stopped the check.
+    path = tmp_path / "five.toml"
+    head = 'namesrv_addr = "127.0.0.1:1"\nsubscription = { T = "*" }\nsink = "jsonl"\n'
+    path.write_text(
+        f'[consumers.a]\ngroup = "ga"\n{head}pull_batch_size = -5\n'
+        'sink_options = { path = "a.jsonl", fsynk = true }\n\n'
+        f'[consumers.b]\ngroup = "gb"\n{head}'
+        'sink_options = { path = "b.jsonl", body_fromat = "text" }\n\n'
+        f'[consumers.c]\ngroup = "gc"\n{head}message_model = "BROADCASTING"\n'
+        'sink_options = { path = "c.jsonl", body_format = "xml" }\n'
+        'offset_store_options = { direcotry = "d" }\n'
+    )
+    status, out, err = _check(capsys, str(path))
+    assert (status, out) == (1, "")
+    assert err.splitlines() == [
+        "rmqk: error: 5 problems in config:",
+        f"  {path}: [consumers.a] pull_batch_size: pull_batch_size Out of range [1, 1024], got -5",
+        f"  {path}: [consumers.a.sink_options] fsynk: jsonl: unknown option "
+        "(did you mean 'fsync'?); allowed: path, body_format, fsync",
+        f"  {path}: [consumers.b.sink_options] body_fromat: jsonl: unknown option "
+        "(did you mean 'body_format'?); allowed: path, body_format, fsync",
+        f"  {path}: [consumers.c.sink_options] body_format: jsonl: must be one of text, "
+        "base64, json, got 'xml'",
+        f"  {path}: [consumers.c.offset_store_options] direcotry: local-file: unknown option; "
+        "allowed: dir, persist_mode",
+    ]
+
+
+def test_check_does_not_repeat_a_plugin_problem_its_table_already_has(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An unknown sink is said once, not again as a failing factory; the table's other
+    # plugins are still checked.
+    path = _write(
+        tmp_path,
+        'sink = "jsonl-typo"\nsink_options = { path = "o.jsonl" }\n'
+        "offset_store_options = { timeout_ms = 0 }\n",
+    )
+    status, _, err = _check(capsys, str(path))
+    assert status == 1
+    assert err.startswith("rmqk: error: 2 problems in config:\n"), err
+    assert f"{path}: [consumers.orders] sink: unknown sink 'jsonl-typo'" in err
+    assert f"{path}: [consumers.orders.offset_store_options] timeout_ms: " in err
+
+
+# -- one contract: declared option specs, checked by the kernel for every kind (issue 26) --
+
+
+@attrs.frozen
+class _UncheckingOptions:
+    path: str = option(OptionType.PATH, "The file.", required="the file to write")
+    rows: int = option(OptionType.INT, "Rows per file.", 100, minimum=1)
+
+
+class _Unchecking:
+    """A third-party sink that declares its options and never looks at them itself."""
+
+    # As docs/hooks.md says: an options class's declarations as the factory's option_specs.
+    option_specs = declared_options(_UncheckingOptions)
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        pass
+
+    async def start(self) -> None:
+        return None
+
+    async def write(self, queue: Any, messages: Sequence[Any]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def _unchecking_store(context: Any) -> Any:
+    raise AssertionError("the kernel refuses the table before building the store")
+
+
+_unchecking_store.option_specs = (  # type: ignore[attr-defined]
+    OptionSpec("ttl_s", OptionType.INT, "Seconds kept.", 60, minimum=1),
+)
+
+
+def _unchecking_strategy(**options: Any) -> Any:
+    raise AssertionError("the kernel refuses the table before building the strategy")
+
+
+_unchecking_strategy.option_specs = ()  # type: ignore[attr-defined]
+
+
+class _Declaring:
+    @hookimpl
+    def rmqk_register_sinks(self, register: Any) -> None:
+        register("declaring", _Unchecking)
+
+    @hookimpl
+    def rmqk_register_offset_stores(self, register: Any) -> None:
+        register("declaring-store", _unchecking_store)
+
+    @hookimpl
+    def rmqk_register_allocation_strategies(self, register: Any) -> None:
+        register("DECLARING", _unchecking_strategy)
+
+
+@pytest.fixture
+def declaring_plugins() -> Iterator[None]:
+    reset_plugin_manager()
+    get_plugin_manager().register(_Declaring(), name="test-declaring")
+    try:
+        yield
+    finally:
+        reset_plugin_manager()
+
+
+def test_the_kernel_checks_every_kinds_declared_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], declaring_plugins: None
+) -> None:
+    path = _write(
+        tmp_path,
+        'sink = "declaring"\nsink_options = { rows = 0, colour = "red" }\n'
+        'offset_store = "declaring-store"\noffset_store_options = { ttl = 5 }\n'
+        'allocate_message_queue_strategy = "DECLARING"\nallocate_options = { n = 1 }\n',
+    )
+    expected = [
+        "rmqk: error: 5 problems in config:",
+        f"  {path}: [consumers.orders.sink_options] rows: declaring: must be an integer >= 1, "
+        "got 0",
+        f"  {path}: [consumers.orders.sink_options] colour: declaring: unknown option; "
+        "allowed: path, rows",
+        f"  {path}: [consumers.orders.sink_options] path: declaring: required key is missing: "
+        "the file to write",
+        f"  {path}: [consumers.orders.allocate_options] n: DECLARING: unknown option; "
+        "allowed: no options",
+        f"  {path}: [consumers.orders.offset_store_options] ttl: declaring-store: unknown "
+        "option (did you mean 'ttl_s'?); allowed: ttl_s",
+    ]
+    status, out, err = _check(capsys, str(path))
+    assert (status, out, err.splitlines()) == (1, "", expected)
+    # `rmqk run` refuses the same, before it builds or connects anything.
+    assert main(["run", str(path), "--no-summary"]) == 1
+    assert capsys.readouterr().err.splitlines() == expected
+
+
+def test_a_declared_table_that_is_right_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], declaring_plugins: None
+) -> None:
+    path = _write(tmp_path, 'sink = "declaring"\nsink_options = { path = "o" }\n')
+    status, out, err = _check(capsys, str(path))
+    assert (status, err) == (0, "")
+    assert 'sink = "declaring"' in out

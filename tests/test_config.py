@@ -476,7 +476,11 @@ def test_rmqk_check_fails_with_every_message_on_stderr(
     captured = capsys.readouterr()
     assert captured.out == ""
     err = captured.err
-    assert err.startswith("rmqk: error: 5 problems in config:\n")
+    # The file's five mistakes, and what `rmqk run` would refuse next in the same tables:
+    # neither names a sink (issue 26: check no longer stops at the keys of a table).
+    assert err.startswith("rmqk: error: 7 problems in config:\n")
+    assert f"{bad}: [consumers.orders] sink: required key is missing" in err
+    assert f"{bad}: [consumers.refunds] sink: required key is missing" in err
     assert f"{bad}: [consumers.orders] message_model: 'clustering' is not allowed" in err
     assert f"{bad}: [consumers.orders] pull_batch_size: pull_batch_size Out of range" in err
     assert f"{bad}: [consumers.refunds] namesrv_addr: required key is missing" in err

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from rmqk.contracts import AllocationStrategy
+from rmqk.optionspec import declared_options
 from rmqk.plugins.allocation import (
     average,
     circle,
@@ -14,6 +15,7 @@ from rmqk.plugins.allocation import (
     machine_room,
     machine_room_nearby,
 )
+from rmqk.plugins.allocation.options import STRATEGY_OPTIONS
 
 __all__ = ["BUILTIN_FACTORIES"]
 
@@ -27,3 +29,8 @@ BUILTIN_FACTORIES: Mapping[str, Callable[..., AllocationStrategy]] = MappingProx
         machine_room_nearby.NAME: machine_room_nearby.create_machine_room_nearby,
     }
 )
+
+# The allocate_options each takes: the kernel checks a consumer's table against them
+# before the factory (which checks what the declarations cannot say) is called.
+for _name, _factory in BUILTIN_FACTORIES.items():
+    _factory.option_specs = declared_options(STRATEGY_OPTIONS[_name])  # type: ignore[attr-defined]

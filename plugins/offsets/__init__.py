@@ -23,7 +23,9 @@ commit one offset now and report the outcome (the lite pull consumer's
 from __future__ import annotations
 
 from rmqk.hookspecs import Register, hookimpl
+from rmqk.optionspec import declared_options
 from rmqk.plugins.offsets.local_file import LocalFileOffsetStore, create_local_file_store
+from rmqk.plugins.offsets.options import STORE_OPTIONS
 from rmqk.plugins.offsets.remote_broker import RemoteBrokerOffsetStore, create_remote_broker_store
 from rmqk.plugins.offsets.table import OffsetTable
 
@@ -35,6 +37,13 @@ __all__ = [
     "create_remote_broker_store",
     "rmqk_register_offset_stores",
 ]
+
+# The offset_store_options each takes: the kernel checks a consumer's table against them.
+for _factory, _name in (
+    (create_local_file_store, "local-file"),
+    (create_remote_broker_store, "remote-broker"),
+):
+    _factory.option_specs = declared_options(STORE_OPTIONS[_name])  # type: ignore[union-attr]
 
 
 @hookimpl

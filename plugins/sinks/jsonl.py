@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rmqk.optionspec import OptionSpec, declared_options
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
-from rmqk.plugins.sinks.jsonl_options import parse_jsonl_options
+from rmqk.plugins.sinks.jsonl_options import JsonlOptions, parse_jsonl_options
 from rmqk.plugins.sinks.records import message_record
 from rmqk.workers import worker_path
 
@@ -25,6 +26,8 @@ __all__ = ["JsonlSink"]
 
 class JsonlSink(GroupCommitSink):
     sink_name: ClassVar[str] = "jsonl"
+    # The sink_options it takes: the kernel checks a consumer's table against them.
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = declared_options(JsonlOptions)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         parsed = parse_jsonl_options(options)

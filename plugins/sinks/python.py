@@ -10,11 +10,12 @@ import asyncio
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
-from rmqk.plugins.sinks.python_options import parse_python_sink_options
+from rmqk.optionspec import OptionSpec, declared_options
+from rmqk.plugins.sinks.python_options import PythonSinkOptions, parse_python_sink_options
 
 __all__ = ["PythonSink", "resolve_callable"]
 
@@ -39,6 +40,9 @@ def resolve_callable(spec: str) -> Callable[..., Any]:
 
 
 class PythonSink:
+    # The sink_options it takes: the kernel checks a consumer's table against them.
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = declared_options(PythonSinkOptions)
+
     def __init__(self, options: Mapping[str, Any]) -> None:
         fn = parse_python_sink_options(options).function
         self.function = fn

@@ -17,9 +17,10 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from rmqk.optionspec import OptionSpec, declared_options
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.offsetranges import OffsetRange
-from rmqk.plugins.sinks.sqlite_options import parse_sqlite_options
+from rmqk.plugins.sinks.sqlite_options import SqliteOptions, parse_sqlite_options
 
 __all__ = ["SqliteSink"]
 
@@ -32,6 +33,8 @@ _COLUMNS = (
 
 class SqliteSink(GroupCommitSink):
     sink_name: ClassVar[str] = "sqlite"
+    # The sink_options it takes: the kernel checks a consumer's table against them.
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = declared_options(SqliteOptions)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         parsed = parse_sqlite_options(options)
