@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllocationStrategy",
+    "BodyParsingSink",
     "BrokerClient",
     "BrokerOffsetStore",
     "BufferedSink",
@@ -156,3 +157,22 @@ class BufferedSink(Sink, Protocol):
         cancelling it withdraws the batch if no flush has taken it yet.
         """
         ...
+
+
+@runtime_checkable
+class BodyParsingSink(Sink, Protocol):
+    """A sink that parses bodies (``body_format = "json"``), checked with ``isinstance``.
+
+    A body it cannot parse is kept raw in its corrupt-record column (or, with
+    ``on_bad_body = "fail"``, halts the sink: :class:`rmqk.errors.SinkHalted`).
+    A composed consumer hands it ``report`` at once, and the sink calls
+    ``report(topic, n)`` when ``n`` such bodies of ``topic`` are written, from
+    any thread; the consumer counts them in its statistics (the metrics, the
+    line ``rmqk run`` stops with). ``topics`` are the consumer's subscribed
+    topics: a sink shared by several consumers reports a topic to the first
+    that subscribes to it.
+    """
+
+    def watch_bad_bodies(
+        self, topics: Collection[str], report: Callable[[str, int], None]
+    ) -> None: ...

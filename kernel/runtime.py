@@ -13,10 +13,10 @@ from typing import Any
 import attrs
 
 from rmqk.config import Config, ConsumerSpec
-from rmqk.contracts import BufferedSink, Sink
+from rmqk.contracts import BodyParsingSink, BufferedSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.listener import listener_name
-from rmqk.errors import ClientError, ConfigError
+from rmqk.errors import ClientError, ConfigError, SinkHalted
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
 from rmqk.model import MessageModel
@@ -63,12 +63,18 @@ class StopTally:
     advanced_queues: int
     advanced_total: int
     elapsed_s: float
+    # Bodies the sink could not parse and kept raw (body_format = "json").
+    bad_bodies: int = 0
+    # Why the sink halted the consumer (on_bad_body = "fail"), if it did.
+    halted: str | None = None
 
     def line(self) -> str:
+        bad = f", {self.bad_bodies:,} bad bodies kept raw" if self.bad_bodies else ""
+        halted = f", halted by its sink: {self.halted}" if self.halted else ""
         return (
-            f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed, "
+            f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed{bad}, "
             f"offsets advanced by {self.advanced_total:,} on {self.advanced_queues} of "
-            f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s"
+            f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s{halted}"
         )
 
 
@@ -95,8 +101,15 @@ class ComposedConsumer:
         self.consumer = AsyncPushConsumer(spec.group, options)
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        # The error a sink halted this consumer with, and who is told (run_config stops).
+        self.halted: SinkHalted | None = None
+        self.on_halt: Callable[[ComposedConsumer, SinkHalted], None] | None = None
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
+        if isinstance(sink, BodyParsingSink):
+            sink.watch_bad_bodies(
+                frozenset(sub.topic for sub in spec.subscriptions), self.consumer.stats.bad_bodies
+            )
 
         if isinstance(sink, BufferedSink):
             # Group-commit sinks: the batch is acknowledged when its flush commits, and
@@ -105,15 +118,40 @@ class ComposedConsumer:
             buffered = sink
 
             async def deliver_later(messages: list[MessageExt], context: Any) -> Any:
-                return buffered.submit(context.queue, messages)
+                future = buffered.submit(context.queue, messages)
+                future.add_done_callback(self._check_halted)
+                return future
 
             self.consumer.register_listener(deliver_later, name=sink_listener_name(spec))
         else:
 
             async def deliver(messages: list[MessageExt], context: Any) -> None:
-                await sink.write(context.queue, messages)
+                try:
+                    await sink.write(context.queue, messages)
+                except SinkHalted as exc:
+                    self._halt(exc)
+                    raise
 
             self.consumer.register_listener(deliver, name=sink_listener_name(spec))
+
+    def _check_halted(self, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            exc = future.exception()
+            if isinstance(exc, SinkHalted):
+                self._halt(exc)
+
+    def _halt(self, exc: SinkHalted) -> None:
+        """The sink refused to go on: say why once, and have the consumer stopped.
+
+        The consume service leaves the batches failed with this error neither
+        acknowledged nor sent back, so their offsets stay uncommitted.
+        """
+        if self.halted is not None:
+            return
+        self.halted = exc
+        log.error("consumer %s (group %s) stops: %s", self.spec.name, self.spec.group, exc)
+        if self.on_halt is not None:
+            self.on_halt(self, exc)
 
     async def start(self) -> None:
         # Tasks the consumer creates while starting (pull loops, consume workers, timers)
@@ -175,6 +213,8 @@ class ComposedConsumer:
             advanced_queues=len(advances),
             advanced_total=sum(advances),
             elapsed_s=end - self.started_at if self.started_at is not None else 0.0,
+            bad_bodies=sum(t.bad_bodies_total for t in consumer.stats.topics.values()),
+            halted=str(self.halted) if self.halted is not None else None,
         )
 
 
@@ -232,6 +272,8 @@ async def run_config(
 
     ``on_stopped`` gets the consumers that ran, once every one of them is stopped;
     ``on_created`` gets each one before it starts (a worker pauses it there).
+    A sink that halts its consumer (:class:`~rmqk.errors.SinkHalted`) stops them
+    all, and the first such error is raised once they are stopped.
     """
     specs = [s for s in config.consumers if not names or s.name in names]
     if names:
@@ -244,10 +286,17 @@ async def run_config(
     # The same checks as `rmqk check`, every problem at once, before anything connects.
     preflight(config, specs)
     running: list[ComposedConsumer] = []
+    halts: list[SinkHalted] = []
+
+    def halted(_composed: ComposedConsumer, exc: SinkHalted) -> None:
+        halts.append(exc)
+        stop.set()
+
     try:
         for spec in specs:
             try:
                 composed = ComposedConsumer(spec, config.path)
+                composed.on_halt = halted
                 if on_created is not None:
                     on_created(composed)
                 await composed.start()
@@ -267,6 +316,8 @@ async def run_config(
                 log.exception("stopping consumer %s failed", composed.spec.name)
         if on_stopped is not None and running:
             on_stopped(running)
+    if halts:
+        raise halts[0]
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

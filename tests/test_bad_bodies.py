@@ -1,0 +1,304 @@
+"""A body a sink cannot parse is kept, counted, or stops the consumer (issue 25 #4).
+
+With ``body_format = "json"`` the ``jsonl`` and ``spark`` sinks keep a body that
+does not parse raw in the corrupt-record column (``_corrupt_record``), its body
+columns null; they count it (``rmqk_bad_bodies_total``, the line ``rmqk run``
+stops with), and with ``on_bad_body = "fail"`` they stop the consumer with an
+error naming the message, its offset left uncommitted and nothing sent back.
+
+The end-to-end tests run over real TCP against the embedded broker. The Spark
+ones (marked ``spark``) share one session and run the docs/spark.md sink block
+against text bodies, the issue's own scenario.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_support import rmqk
+from engine_support import admin_transport, committed_offsets, create_topic, produce
+
+from rmqk.config import load_config
+from rmqk.errors import ConfigError, SinkHalted
+from rmqk.message import MessageExt
+from rmqk.model import MessageQueue
+from rmqk.plugins.broker import EmbeddedBroker
+from rmqk.plugins.sinks.jsonl_options import parse_jsonl_options
+from rmqk.plugins.sinks.records import message_record
+from rmqk.runtime import ComposedConsumer, run_config
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPIC = "Orders"
+QUEUE = MessageQueue(TOPIC, "broker-a", 0)
+
+
+def _msg(offset: int, body: bytes) -> MessageExt:
+    return MessageExt(
+        topic=TOPIC,
+        body=body,
+        queue_id=0,
+        queue_offset=offset,
+        born_timestamp=1_700_000_000_000,
+        store_timestamp=1_700_000_000_500,
+        store_host="127.0.0.1:10911",
+        properties={"TAGS": "paid", "UNIQ_KEY": f"ID-{offset}"},
+    )
+
+
+# -- the jsonl sink's records and options (no broker) ----------------------------------------
+
+
+def test_jsonl_records_keep_a_body_that_is_not_json_raw() -> None:
+    good = message_record(QUEUE, _msg(0, b'{"id": 1}'), "json")
+    assert (good["body"], good["_corrupt_record"]) == ({"id": 1}, None)
+    # Any JSON document parses (the jsonl sink has no schema), a string or null too.
+    assert message_record(QUEUE, _msg(1, b'"x"'), "json")["body"] == "x"
+    null = message_record(QUEUE, _msg(2, b"null"), "json")
+    assert (null["body"], null["_corrupt_record"]) == (None, None)
+    for raw in (b"Hello RocketMQ 3", b"", b'{"id": 1', b"{'id': 1}"):
+        bad = message_record(QUEUE, _msg(3, raw), "json")
+        assert (bad["body"], bad["_corrupt_record"]) == (None, raw.decode()), raw
+        assert "_corrupt_record_base64" not in bad
+    # JSON inside bytes that are not UTF-8: not JSON (RFC 8259); kept whole, as base64.
+    raw = b'{"id": "\xff"}'
+    bad = message_record(QUEUE, _msg(4, raw), "json", "raw_body")
+    assert (bad["body"], bad["raw_body_base64"]) == (None, True)
+    assert base64.b64decode(bad["raw_body"]) == raw
+    # Other body formats have no corrupt-record key: nothing is parsed.
+    assert "_corrupt_record" not in message_record(QUEUE, _msg(5, b"x"), "text")
+
+
+def test_bad_body_options_are_checked() -> None:
+    opts = parse_jsonl_options({"path": "o", "body_format": "json"})
+    assert (opts.on_bad_body, opts.corrupt_record_column) == ("keep", "_corrupt_record")
+    cases = {
+        "on_bad_body: must be one of keep, fail, got 'drop'": {
+            "body_format": "json",
+            "on_bad_body": "drop",
+        },
+        "on_bad_body: only used with body_format = 'json'": {"on_bad_body": "fail"},
+        "corrupt_record_column: 'body' is a key every record has": {
+            "body_format": "json",
+            "corrupt_record_column": "body",
+        },
+        "corrupt_record_column: must be a column name": {
+            "body_format": "json",
+            "corrupt_record_column": "raw body",
+        },
+    }
+    for expected, options in cases.items():
+        with pytest.raises(ConfigError) as raised:
+            parse_jsonl_options({"path": "o", **options})
+        assert expected in str(raised.value), raised.value
+
+
+def test_rmqk_check_refuses_a_bad_on_bad_body(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[consumers.c]\ngroup = "g"\nnamesrv_addr = "127.0.0.1:9"\nsubscription = { T = "*" }\n'
+        'sink = "jsonl"\n'
+        'sink_options = { path = "o.jsonl", body_format = "json", on_bad_body = "skip" }\n'
+    )
+    done = rmqk("check", str(config))
+    assert done.returncode != 0
+    assert "on_bad_body: jsonl: must be one of keep, fail, got 'skip'" in done.stderr
+
+
+# -- end to end over TCP: the jsonl sink -----------------------------------------------------
+
+
+def _bodies(n: int) -> list[bytes]:
+    """Every third body text (a quickstart-like order line), the others JSON orders."""
+    return [
+        f"order {i} paid".encode() if i % 3 == 0 else json.dumps({"id": i}).encode()
+        for i in range(n)
+    ]
+
+
+def _config(tmp_path: Path, namesrv: str, group: str, sink_options: str, sink: str) -> Path:
+    path = tmp_path / f"{group}.toml"
+    path.write_text(
+        f'[consumers.c]\ngroup = "{group}"\nnamesrv_addr = "{namesrv}"\n'
+        f'subscription = {{ {TOPIC} = "*" }}\nconsume_from_where = "CONSUME_FROM_FIRST_OFFSET"\n'
+        f'consume_message_batch_max_size = 8\nsink = "{sink}"\n'
+        f"[consumers.c.sink_options]\n{sink_options}\n"
+    )
+    return path
+
+
+class Run:
+    """``run_config`` of one config in a task, with its consumers and their tallies."""
+
+    def __init__(self, config: Path) -> None:
+        self.stop = asyncio.Event()
+        self.running: list[ComposedConsumer] = []
+        self.lines: list[str] = []
+        self.task = asyncio.get_running_loop().create_task(
+            run_config(load_config(config), self.stop, None, self._started, self._stopped)
+        )
+
+    def _started(self, consumers: Sequence[ComposedConsumer]) -> None:
+        self.running.extend(consumers)
+
+    def _stopped(self, consumers: Sequence[ComposedConsumer]) -> None:
+        self.lines.extend(c.tally().line() for c in consumers)
+
+
+async def _until(predicate: Any, what: str, timeout: float = 120) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> Any:
+    async with EmbeddedBroker(tmp_path / "broker", namesrv_port=0, broker_port=0) as b:
+        await create_topic(b, TOPIC, 2)
+        yield b
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+async def test_jsonl_keeps_every_bad_body_raw_and_counts_it(broker: Any, tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import generate_latest
+
+    from rmqk.plugins.prometheus.metrics import RmqkMetrics
+
+    bodies = _bodies(90)
+    await produce(broker.namesrv_addr, TOPIC, bodies, batch=16)
+    out = tmp_path / "out.jsonl"
+    config = _config(
+        tmp_path,
+        broker.namesrv_addr,
+        "g-keep",
+        f'path = "{out}"\nbody_format = "json"',
+        "jsonl",
+    )
+    run = Run(config)
+    await _until(lambda: len(_records(out)) >= len(bodies), "every message written")
+    metrics = RmqkMetrics(timeout_s=10)
+    metrics.collector.track(run.running[0].consumer, asyncio.get_running_loop())
+    scraped = (await asyncio.to_thread(generate_latest, metrics.registry)).decode()
+    run.stop.set()
+    await run.task
+
+    records = _records(out)
+    assert len(records) == len(bodies)  # each message once
+    by_body: dict[bytes, dict[str, Any]] = {}
+    for r in records:
+        raw = r["_corrupt_record"]
+        key = raw.encode() if raw is not None else json.dumps(r["body"]).encode()
+        by_body[key] = r
+    assert set(by_body) == set(bodies)
+    bad = [b for b in bodies if not b.startswith(b"{")]
+    for body in bodies:
+        r = by_body[body]
+        if body in bad:
+            assert r["body"] is None and r["_corrupt_record"] == body.decode()
+        else:
+            assert r["body"] == json.loads(body) and r["_corrupt_record"] is None
+    assert _metric(scraped, "rmqk_bad_bodies_total", group="g-keep", topic=TOPIC) == len(bad)
+    assert f", {len(bad)} bad bodies kept raw," in run.lines[0], run.lines
+
+
+async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
+    broker: Any, tmp_path: Path
+) -> None:
+    # One queue written in order: good, good, then a text body, then more good ones.
+    transport = await admin_transport(broker.namesrv_addr)
+    try:
+        await transport.create_topic(broker.broker_addr, "Single", 1, 1)
+    finally:
+        await transport.close()
+    await _until_routed(broker, "Single")
+    bodies = [b'{"id": 0}', b'{"id": 1}', b"order 2 paid", b'{"id": 3}', b'{"id": 4}']
+    await produce(broker.namesrv_addr, "Single", bodies, batch=1)
+    out = tmp_path / "out.jsonl"
+    sink_options = f'path = "{out}"\nbody_format = "json"\non_bad_body = "fail"'
+    config = _config(tmp_path, broker.namesrv_addr, "g-fail", sink_options, "jsonl")
+    config.write_text(config.read_text().replace(f"{TOPIC} = ", "Single = "))
+    run = Run(config)
+    with pytest.raises(SinkHalted) as raised:
+        await asyncio.wait_for(run.task, 120)
+    text = str(raised.value)
+    for part in ("topic Single", "queue ", "/0, offset 2)", "not JSON", "on_bad_body = 'fail'"):
+        assert part in text, text
+    assert re.search(r"message [0-9A-F]{32} ", text), text  # the producer's message id
+    assert "halted by its sink" in run.lines[0], run.lines
+    # Nothing from the bad body on: not written, not committed, not sent back.
+    written = [r["queue_offset"] for r in _records(out)]
+    assert written == sorted(written) and all(o < 2 for o in written), written
+    committed = await committed_offsets(
+        broker.namesrv_addr, broker.broker_addr, "g-fail", "Single", 1
+    )
+    assert committed[0] is not None and committed[0] <= 2, committed
+    retry = await _max_offset_or_none(broker, "%RETRY%g-fail")
+    assert not retry, f"{retry} messages sent back to the retry topic"
+
+    # Fixed by keeping bad bodies: the same group starts at the bad body, keeps it raw.
+    config.write_text(config.read_text().replace('on_bad_body = "fail"', 'on_bad_body = "keep"'))
+    run = Run(config)
+    await _until(lambda: {r["queue_offset"] for r in _records(out)} >= set(range(5)), "the rest")
+    run.stop.set()
+    await run.task
+    records = [r for r in _records(out) if r["queue_offset"] == 2]
+    assert len(records) == 1 and records[0]["_corrupt_record"] == "order 2 paid"
+
+
+async def _until_routed(broker: Any, topic: str) -> None:
+    transport = await admin_transport(broker.namesrv_addr)
+    try:
+        for _ in range(200):
+            if await transport.get_route(topic) is not None:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no route for {topic}")
+    finally:
+        await transport.close()
+
+
+async def _max_offset_or_none(broker: Any, topic: str) -> int:
+    """Messages stored in ``topic`` (0 when it does not exist)."""
+    transport = await admin_transport(broker.namesrv_addr)
+    try:
+        route = await transport.get_route(topic)
+        if route is None:
+            return 0
+        total = 0
+        for qd in route.queue_datas:
+            for q in range(qd.read_queue_nums):
+                mq = MessageQueue(topic, qd.broker_name, q)
+                total += await transport.get_max_offset(broker.broker_addr, mq)
+        return total
+    except Exception as exc:  # the broker answers "topic not exist" for a route it lacks
+        if "not exist" in str(exc) or "No topic route" in str(exc):
+            return 0
+        raise
+    finally:
+        await transport.close()
