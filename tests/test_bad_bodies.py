@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 from cli_support import rmqk
 from engine_support import admin_transport, committed_offsets, create_topic, produce
+from spark_support import spark_session  # noqa: F401  (the spark fixture)
 
 from rmqk.config import load_config
 from rmqk.errors import ConfigError, SinkHalted
@@ -302,3 +304,126 @@ async def _max_offset_or_none(broker: Any, topic: str) -> int:
         raise
     finally:
         await transport.close()
+
+
+# -- the spark sink ---------------------------------------------------------------------------
+
+# One flush, mixed: what each body becomes, by offset: (order_id, amount, _corrupt_record).
+SPARK_BODIES: list[tuple[bytes, tuple[Any, Any, Any]]] = [
+    (b'{"order_id": "a", "amount": 1.5}', ("a", 1.5, None)),
+    (b'{"amount": 2, "extra": [1]}', (None, 2.0, None)),  # a missing field is null
+    (b"order 2 paid", (None, None, "order 2 paid")),  # text
+    (b"", (None, None, "")),  # empty: from_json gives no row at all
+    (b'[{"order_id": "x"}]', (None, None, '[{"order_id": "x"}]')),  # not an object
+    (b'"a string"', (None, None, '"a string"')),
+    # A value that does not fit its type: Spark would keep order_id; here nothing is kept.
+    (b'{"order_id": "y", "amount": "x"}', (None, None, '{"order_id": "y", "amount": "x"}')),
+    (b'{"order_id": "b",\n "amount": 3.0}', ("b", 3.0, None)),
+]
+# Not UTF-8: kept as the bytes came (read back as binary, not text).
+NOT_UTF8 = b'{"order_id": "\xff"'
+
+
+def _spark_messages() -> list[MessageExt]:
+    msgs = [_msg(i, body) for i, (body, _) in enumerate(SPARK_BODIES)]
+    msgs.append(_msg(len(msgs), NOT_UTF8))
+    return msgs
+
+
+def _append(into: list[tuple[str, int]], topic: str, n: int) -> None:
+    into.append((topic, n))
+
+
+def _read_rows(out: Path, corrupt: str = "_corrupt_record") -> dict[int, tuple[Any, ...]]:
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    raw = table.column(corrupt).cast("binary").to_pylist()
+    return {
+        offset: (order_id, amount, None if r is None else bytes(r))
+        for offset, order_id, amount, r in zip(
+            table.column("queue_offset").to_pylist(),
+            table.column("order_id").to_pylist(),
+            table.column("amount").to_pylist(),
+            raw,
+            strict=True,
+        )
+    }
+
+
+@pytest.fixture
+def builder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The Arrow column builder in use: the compiled one, or the pure-Python one."""
+    from rmqk.plugins.spark import columns
+
+    if request.param == "compiled" and not columns.SPEEDUPS:
+        pytest.skip("the compiled column builder is not built (or disabled)")
+    if request.param == "pure":
+        monkeypatch.setattr(columns, "_compiled_build", None)
+    return str(request.param)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("builder", ["compiled", "pure"], indirect=True)
+async def test_spark_keeps_bad_bodies_raw_on_every_path(
+    spark: Any, tmp_path: Path, builder: str
+) -> None:
+    from rmqk.plugins.spark.sink import SparkSink
+
+    expected = {i: (o, a, None if r is None else r.encode()) for i, (_, (o, a, r)) in
+                enumerate(SPARK_BODIES)}  # fmt: skip
+    expected[len(SPARK_BODIES)] = (None, None, NOT_UTF8)
+    schemas = {
+        # flat: pyarrow parses a flush of good bodies; one bad body sends it to from_json
+        "flat": "order_id STRING, amount DOUBLE",
+        # beyond flat primitives: every flush through from_json
+        "spark": "order_id STRING, amount DOUBLE, at TIMESTAMP",
+    }
+    for (name, schema), writer in [
+        (("flat", schemas["flat"]), "arrow"),
+        (("spark", schemas["spark"]), "arrow"),
+        (("flat", schemas["flat"]), "spark"),
+    ]:
+        out = tmp_path / f"{name}-{writer}"
+        sink = SparkSink(
+            {
+                "path": str(out),
+                "body_format": "json",
+                "body_schema": schema,
+                "writer": writer,
+                "flush_seconds": 0.1,
+            }
+        )
+        reported: list[tuple[str, int]] = []
+        sink.watch_bad_bodies({TOPIC}, functools.partial(_append, reported))
+        await sink.start()
+        await sink.write(QUEUE, _spark_messages())
+        # A flush of good bodies only: on the fast path for the flat schema.
+        await sink.write(QUEUE, [_msg(100, b'{"order_id": "g", "amount": 9}')])
+        await sink.close()
+        rows = _read_rows(out)
+        assert rows == {**expected, 100: ("g", 9.0, None)}, (builder, name, writer)
+        assert reported == [(TOPIC, 6)], (name, writer)
+
+    # fail: the flush is refused whole, nothing written, with the message named.
+    out = tmp_path / "fail"
+    sink = SparkSink(
+        {
+            "path": str(out),
+            "body_format": "json",
+            "body_schema": schemas["flat"],
+            "on_bad_body": "fail",
+            "flush_seconds": 0.1,
+        }
+    )
+    await sink.start()
+    with pytest.raises(SinkHalted) as raised:
+        await sink.write(QUEUE, _spark_messages())
+    # Every later flush too, even of good bodies: the consumer is stopping.
+    with pytest.raises(SinkHalted):
+        await sink.write(QUEUE, [_msg(100, b'{"order_id": "g"}')])
+    await sink.close()
+    text = str(raised.value)
+    assert "message ID-2 (topic Orders, queue broker-a/0, offset 2)" in text, text
+    assert "not JSON" in text, text
+    assert not list(out.rglob("*.parquet"))
