@@ -427,3 +427,51 @@ async def test_spark_keeps_bad_bodies_raw_on_every_path(
     assert "message ID-2 (topic Orders, queue broker-a/0, offset 2)" in text, text
     assert "not JSON" in text, text
     assert not list(out.rglob("*.parquet"))
+
+
+@pytest.mark.spark
+async def test_the_spark_guide_sink_keeps_text_bodies(
+    spark: Any, broker: Any, tmp_path: Path
+) -> None:
+    """docs/spark.md's sink block against quickstart-like text bodies (the issue's scenario)."""
+    import tomllib
+
+    import pyarrow.dataset as ds
+
+    (block,) = re.findall(r"^```toml\n(.*?)^```", (ROOT / "docs" / "spark.md").read_text(),
+                          re.M | re.S)  # fmt: skip
+    guide = tomllib.loads(block)["consumers"]["orders"]
+    sink_options = dict(guide["sink_options"])
+    assert sink_options["body_format"] == "json" and "on_bad_body" not in sink_options
+    out = tmp_path / "out" / "orders"
+    sink_options["path"] = str(out)
+    lines = "\n".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in sink_options.items())
+    config = _config(tmp_path, broker.namesrv_addr, "g-guide", lines, "spark")
+
+    orders = [
+        json.dumps({"order_id": f"O-{i}", "amount": i * 1.5, "ts": i}).encode()
+        for i in range(0, 300, 2)
+    ]
+    texts = [f"Hello RocketMQ {i}".encode() for i in range(1, 300, 2)]
+    await produce(broker.namesrv_addr, TOPIC, orders + texts, tags="paid", batch=32)
+
+    def rows() -> int:
+        try:
+            return int(ds.dataset(str(out), format="parquet", partitioning="hive").count_rows())
+        except (OSError, ValueError):
+            return 0
+
+    run = Run(config)
+    await _until(lambda: rows() >= 300, "every message in Parquet", timeout=240)
+    run.stop.set()
+    await run.task
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 300
+    assert len(set(table.column("msg_id").to_pylist())) == 300
+    got = table.select(["order_id", "amount", "ts", "_corrupt_record"]).to_pylist()
+    parsed = sorted(r["order_id"] for r in got if r["_corrupt_record"] is None)
+    assert parsed == sorted(f"O-{i}" for i in range(0, 300, 2))
+    kept = [r for r in got if r["_corrupt_record"] is not None]
+    assert sorted(r["_corrupt_record"] for r in kept) == sorted(t.decode() for t in texts)
+    assert all((r["order_id"], r["amount"], r["ts"]) == (None, None, None) for r in kept)
+    assert ", 150 bad bodies kept raw," in run.lines[0], run.lines
