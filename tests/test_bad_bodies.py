@@ -17,7 +17,9 @@ import asyncio
 import base64
 import functools
 import json
+import logging
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,19 @@ def test_rmqk_check_refuses_a_bad_on_bad_body(tmp_path: Path) -> None:
     assert "on_bad_body: jsonl: must be one of keep, fail, got 'skip'" in done.stderr
 
 
+def test_the_new_options_are_in_the_generated_reference() -> None:
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        import rmqk_reference
+    finally:
+        sys.path.pop(0)
+    jsonl = rmqk_reference.plugin_options().split("### sink_options of the jsonl sink", 1)[1]
+    jsonl = jsonl.split("###", 1)[0]
+    for text in (jsonl, rmqk_reference.spark_sink_options()):
+        assert "| `on_bad_body` |" in text and "| `corrupt_record_column` |" in text
+        assert '| `"_corrupt_record"` |' in text
+
+
 # -- end to end over TCP: the jsonl sink -----------------------------------------------------
 
 
@@ -186,7 +201,9 @@ def _metric(text: str, name: str, **labels: str) -> float:
     )
 
 
-async def test_jsonl_keeps_every_bad_body_raw_and_counts_it(broker: Any, tmp_path: Path) -> None:
+async def test_jsonl_keeps_every_bad_body_raw_and_counts_it(
+    broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     pytest.importorskip("prometheus_client")
     from prometheus_client import generate_latest
 
@@ -227,6 +244,11 @@ async def test_jsonl_keeps_every_bad_body_raw_and_counts_it(broker: Any, tmp_pat
             assert r["body"] == json.loads(body) and r["_corrupt_record"] is None
     assert _metric(scraped, "rmqk_bad_bodies_total", group="g-keep", topic=TOPIC) == len(bad)
     assert f", {len(bad)} bad bodies kept raw," in run.lines[0], run.lines
+    warned = [r for r in caplog.records if r.name == "rmqk.plugins.sinks.jsonl"]
+    assert warned and all(r.levelno == logging.WARNING for r in warned)
+    first = warned[0].getMessage()
+    assert "are not JSON, kept raw in _corrupt_record (the first: message " in first, first
+    assert f"topic {TOPIC}, queue " in first and "not JSON (Expecting value" in first, first
 
 
 async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
@@ -245,14 +267,21 @@ async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
     sink_options = f'path = "{out}"\nbody_format = "json"\non_bad_body = "fail"'
     config = _config(tmp_path, broker.namesrv_addr, "g-fail", sink_options, "jsonl")
     config.write_text(config.read_text().replace(f"{TOPIC} = ", "Single = "))
-    run = Run(config)
-    with pytest.raises(SinkHalted) as raised:
-        await asyncio.wait_for(run.task, 120)
-    text = str(raised.value)
+    # rmqk run, as a user runs it: it stops on its own, exit code 1, the error last.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rmqk.cli", "run", str(config), "--log-level", "INFO",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 120)
+    stderr = err.decode()
+    assert proc.returncode == 1, stderr
+    text = stderr.strip().splitlines()[-1]
+    assert text.startswith("rmqk: error: jsonl sink: the body of message "), stderr
     for part in ("topic Single", "queue ", "/0, offset 2)", "not JSON", "on_bad_body = 'fail'"):
         assert part in text, text
     assert re.search(r"message [0-9A-F]{32} ", text), text  # the producer's message id
-    assert "halted by its sink" in run.lines[0], run.lines
+    stopped = [line for line in stderr.splitlines() if "consumer stopped: c:" in line]
+    assert len(stopped) == 1 and "halted by its sink: jsonl sink:" in stopped[0], stderr
     # Nothing from the bad body on: not written, not committed, not sent back.
     written = [r["queue_offset"] for r in _records(out)]
     assert written == sorted(written) and all(o < 2 for o in written), written
@@ -366,7 +395,7 @@ def builder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.spark
 @pytest.mark.parametrize("builder", ["compiled", "pure"], indirect=True)
 async def test_spark_keeps_bad_bodies_raw_on_every_path(
-    spark: Any, tmp_path: Path, builder: str
+    spark: Any, tmp_path: Path, builder: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     from rmqk.plugins.spark.sink import SparkSink
 
@@ -404,6 +433,10 @@ async def test_spark_keeps_bad_bodies_raw_on_every_path(
         rows = _read_rows(out)
         assert rows == {**expected, 100: ("g", 9.0, None)}, (builder, name, writer)
         assert reported == [(TOPIC, 6)], (name, writer)
+        warned = [r.getMessage() for r in caplog.records if r.name == "rmqk.plugins.spark.sink"]
+        assert len(warned) == 1 and "6 bodies of this flush" in warned[0], warned
+        assert "(the first: message ID-2, topic Orders, queue broker-a/0, offset 2:" in warned[0]
+        caplog.clear()
 
     # fail: the flush is refused whole, nothing written, with the message named.
     out = tmp_path / "fail"

@@ -40,9 +40,9 @@ BAD_BODY_ACTIONS = ("keep", "fail")
 CORRUPT_RECORD_COLUMN = "_corrupt_record"
 
 ON_BAD_BODY_DOC = (
-    "What a body body_format = 'json' cannot parse does: keep (null body columns, the raw "
-    "body in corrupt_record_column, counted in rmqk_bad_bodies_total) or fail (the consumer "
-    "stops with an error naming the message; its offset is not committed)."
+    "With body_format = 'json', what a body that does not parse does: keep (null body "
+    "columns, the raw body in corrupt_record_column, counted in rmqk_bad_bodies_total) or "
+    "fail (the consumer stops with an error naming the message; its offset is not committed)."
 )
 CORRUPT_RECORD_COLUMN_DOC = (
     "With body_format = 'json': the column holding the raw body of a message whose body "
