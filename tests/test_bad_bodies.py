@@ -251,8 +251,9 @@ async def test_jsonl_keeps_every_bad_body_raw_and_counts_it(
     assert f"topic {TOPIC}, queue " in first and "not JSON (Expecting value" in first, first
 
 
+@pytest.mark.parametrize("service", ["concurrent", "orderly"])
 async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
-    broker: Any, tmp_path: Path
+    broker: Any, tmp_path: Path, service: str
 ) -> None:
     # One queue written in order: good, good, then a text body, then more good ones.
     transport = await admin_transport(broker.namesrv_addr)
@@ -266,7 +267,11 @@ async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
     out = tmp_path / "out.jsonl"
     sink_options = f'path = "{out}"\nbody_format = "json"\non_bad_body = "fail"'
     config = _config(tmp_path, broker.namesrv_addr, "g-fail", sink_options, "jsonl")
-    config.write_text(config.read_text().replace(f"{TOPIC} = ", "Single = "))
+    config.write_text(
+        config.read_text()
+        .replace(f"{TOPIC} = ", "Single = ")
+        .replace('sink = "jsonl"', f'consume_service = "{service}"\nsink = "jsonl"')
+    )
     # rmqk run, as a user runs it: it stops on its own, exit code 1, the error last.
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "rmqk.cli", "run", str(config), "--log-level", "INFO",
