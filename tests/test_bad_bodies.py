@@ -307,6 +307,35 @@ async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
     assert len(records) == 1 and records[0]["_corrupt_record"] == "order 2 paid"
 
 
+def test_a_halted_worker_exits_with_the_error_and_is_restarted(
+    broker_thread: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under processes = N a halt is a worker's failure: restarted, then given up on."""
+    from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
+    from rmqk.worker import WorkerJob
+
+    async def setup() -> None:
+        await create_topic(broker_thread, "Single", 1)
+        await produce(broker_thread.namesrv_addr, "Single", [b'{"id": 0}', b"order 1"])
+
+    asyncio.run(setup())
+    out = tmp_path / "out.jsonl"
+    sink_options = f'path = "{out}"\nbody_format = "json"\non_bad_body = "fail"'
+    config = _config(tmp_path, broker_thread.namesrv_addr, "g-w", sink_options, "jsonl")
+    config.write_text(config.read_text().replace(f"{TOPIC} = ", "Single = "))
+    jobs = [WorkerJob(str(config), identity) for identity in worker_identities([("c", 1)])]
+    settings = SupervisorSettings(restart_delay=0.05, give_up_after=2, stop_timeout=30)
+    assert Supervisor(jobs, settings).run() == 1
+    err = capsys.readouterr().err
+    assert "worker c#0 died 2 times in a row" in err, err
+    assert "giving up (last: rmqk: error: jsonl sink: the body of message " in err, err
+    assert "offset 1) does not parse" in err, err
+    committed = asyncio.run(
+        committed_offsets(broker_thread.namesrv_addr, broker_thread.broker_addr, "g-w", "Single", 1)
+    )
+    assert committed[0] is None or committed[0] <= 1, committed
+
+
 async def _until_routed(broker: Any, topic: str) -> None:
     transport = await admin_transport(broker.namesrv_addr)
     try:

@@ -9,7 +9,7 @@ from typing import Any
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 
-__all__ = ["BODY_FORMATS", "RECORD_KEYS", "message_record"]
+__all__ = ["BODY_FORMATS", "RECORD_KEYS", "is_bad", "message_record"]
 
 BODY_FORMATS = ("text", "base64", "json")
 # The keys of every record, in order.

@@ -129,7 +129,16 @@ class FrameWriter:
         return df
 
     def json_rows(self, batch: pa.RecordBatch) -> pa.Table:
-        """The decoded rows of a JSON flush as Arrow, to count and check before writing."""
+        """The decoded rows of a JSON flush as Arrow, to count and check before writing.
+
+        pyarrow's when it parses every body; else Spark's, brought back as Arrow
+        (one more job per such flush) so the bad bodies are known before the write.
+        """
+        opts = self.options
+        if self._json_arrow is not None:
+            decoded = _decode_json_bodies(batch, self._json_arrow, opts.corrupt_record_column)
+            if decoded is not None:
+                return decoded
         table: pa.Table = self.frame(batch).toArrow()
         return table
 

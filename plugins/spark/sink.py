@@ -410,11 +410,6 @@ class SparkSink:
             self.writer.watch_bad_bodies(topics, report)
 
     @property
-    def bad_bodies(self) -> Mapping[str, int]:
-        """Bodies of the output that did not parse, by topic (all its consumers')."""
-        return dict(self.writer.bad_bodies.by_topic) if self.writer is not None else {}
-
-    @property
     def stats(self) -> SparkFlushStats:
         """The output's statistics (shared by the sinks of this process writing it)."""
         return self._stats
