@@ -103,6 +103,23 @@ def test_bad_body_options_are_checked() -> None:
         with pytest.raises(ConfigError) as raised:
             parse_jsonl_options({"path": "o", **options})
         assert expected in str(raised.value), raised.value
+    # The spark sink's, checked the same way (no Spark needed to parse them).
+    from rmqk.plugins.spark.options import parse_sink_options
+
+    json_sink = {"path": "o", "body_format": "json", "body_schema": "order_id STRING"}
+    spark_cases = {
+        "on_bad_body: must be one of keep, fail, got 'drop'": {**json_sink, "on_bad_body": "drop"},
+        "on_bad_body: only used with body_format = 'json'": {"path": "o", "on_bad_body": "keep"},
+        "corrupt_record_column: 'order_id' clashes with the column of that name": {
+            **json_sink,
+            "corrupt_record_column": "order_id",
+        },
+        "corrupt_record_column: 'tags' clashes": {**json_sink, "corrupt_record_column": "tags"},
+    }
+    for expected, options in spark_cases.items():
+        with pytest.raises(ConfigError) as raised:
+            parse_sink_options(options)
+        assert expected in str(raised.value), raised.value
 
 
 def test_rmqk_check_refuses_a_bad_on_bad_body(tmp_path: Path) -> None:
@@ -442,10 +459,10 @@ async def test_spark_keeps_bad_bodies_raw_on_every_path(
         # beyond flat primitives: every flush through from_json
         "spark": "order_id STRING, amount DOUBLE, at TIMESTAMP",
     }
-    for (name, schema), writer in [
-        (("flat", schemas["flat"]), "arrow"),
-        (("spark", schemas["spark"]), "arrow"),
-        (("flat", schemas["flat"]), "spark"),
+    for (name, schema), writer, column in [
+        (("flat", schemas["flat"]), "arrow", "_corrupt_record"),
+        (("spark", schemas["spark"]), "arrow", "_corrupt_record"),
+        (("flat", schemas["flat"]), "spark", "raw_body"),  # renamed
     ]:
         out = tmp_path / f"{name}-{writer}"
         sink = SparkSink(
@@ -455,6 +472,7 @@ async def test_spark_keeps_bad_bodies_raw_on_every_path(
                 "body_schema": schema,
                 "writer": writer,
                 "flush_seconds": 0.1,
+                "corrupt_record_column": column,
             }
         )
         reported: list[tuple[str, int]] = []
@@ -464,7 +482,7 @@ async def test_spark_keeps_bad_bodies_raw_on_every_path(
         # A flush of good bodies only: on the fast path for the flat schema.
         await sink.write(QUEUE, [_msg(100, b'{"order_id": "g", "amount": 9}')])
         await sink.close()
-        rows = _read_rows(out)
+        rows = _read_rows(out, column)
         assert rows == {**expected, 100: ("g", 9.0, None)}, (builder, name, writer)
         assert reported == [(TOPIC, 6)], (name, writer)
         warned = [r.getMessage() for r in caplog.records if r.name == "rmqk.plugins.spark.sink"]
