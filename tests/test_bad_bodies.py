@@ -315,8 +315,9 @@ async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
         broker.namesrv_addr, broker.broker_addr, "g-fail", "Single", 1
     )
     assert committed[0] is not None and committed[0] <= 2, committed
-    retry = await _max_offset_or_none(broker, "%RETRY%g-fail")
-    assert not retry, f"{retry} messages sent back to the retry topic"
+    back = await _sent_back(broker, "g-fail")
+    assert not back, f"{back} messages sent back"
+    assert " 0 failed," in stopped[0], stopped
 
     # Fixed by keeping bad bodies: the same group starts at the bad body, keeps it raw.
     config.write_text(config.read_text().replace('on_bad_body = "fail"', 'on_bad_body = "keep"'))
@@ -326,6 +327,48 @@ async def test_jsonl_fail_stops_the_consumer_and_leaves_the_offset(
     await run.task
     records = [r for r in _records(out) if r["queue_offset"] == 2]
     assert len(records) == 1 and records[0]["_corrupt_record"] == "order 2 paid"
+
+
+async def test_a_halt_with_consume_hooks_leaves_the_offset_too(
+    broker: Any, tmp_path: Path, pm: Any
+) -> None:
+    """The consume hooks' path (a metrics plugin, say) treats the halt the same."""
+    from rmqk import hookimpl
+
+    seen: list[bool] = []
+
+    class Watcher:
+        @hookimpl
+        def rmqk_consume_message_after(self, context: Any) -> None:
+            seen.append(bool(context.success))
+
+    pm.register(Watcher(), name="bad-body-watcher")
+    await _single_topic(broker, [b'{"id": 0}', b"order 1 paid", b'{"id": 2}'])
+    out = tmp_path / "out.jsonl"
+    sink_options = f'path = "{out}"\nbody_format = "json"\non_bad_body = "fail"'
+    config = _config(tmp_path, broker.namesrv_addr, "g-hooked", sink_options, "jsonl")
+    config.write_text(config.read_text().replace(f"{TOPIC} = ", "Single = "))
+    run = Run(config)
+    with pytest.raises(SinkHalted, match=r"offset 1\) does not parse"):
+        await asyncio.wait_for(run.task, 120)
+    assert False in seen  # the hooks saw the refused batch fail
+    assert all(r["queue_offset"] < 1 for r in _records(out))
+    committed = await committed_offsets(
+        broker.namesrv_addr, broker.broker_addr, "g-hooked", "Single", 1
+    )
+    assert committed[0] is None or committed[0] <= 1, committed
+    assert not await _sent_back(broker, "g-hooked")
+
+
+async def _single_topic(broker: Any, bodies: list[bytes]) -> None:
+    """Topic Single, one queue, ``bodies`` sent to it in order."""
+    transport = await admin_transport(broker.namesrv_addr)
+    try:
+        await transport.create_topic(broker.broker_addr, "Single", 1, 1)
+    finally:
+        await transport.close()
+    await _until_routed(broker, "Single")
+    await produce(broker.namesrv_addr, "Single", bodies, batch=1)
 
 
 def test_a_halted_worker_exits_with_the_error_and_is_restarted(
@@ -369,25 +412,23 @@ async def _until_routed(broker: Any, topic: str) -> None:
         await transport.close()
 
 
-async def _max_offset_or_none(broker: Any, topic: str) -> int:
-    """Messages stored in ``topic`` (0 when it does not exist)."""
+async def _sent_back(broker: Any, group: str) -> int:
+    """Messages of ``group`` sent back: stored in its retry topic or waiting in the delay
+    topic's queues (a sent-back message waits there first). Asked of the broker itself."""
     transport = await admin_transport(broker.namesrv_addr)
+    queues = [MessageQueue(f"%RETRY%{group}", broker.broker_name, 0)]
+    queues += [MessageQueue("SCHEDULE_TOPIC_XXXX", broker.broker_name, q) for q in range(18)]
+    total = 0
     try:
-        route = await transport.get_route(topic)
-        if route is None:
-            return 0
-        total = 0
-        for qd in route.queue_datas:
-            for q in range(qd.read_queue_nums):
-                mq = MessageQueue(topic, qd.broker_name, q)
+        for mq in queues:
+            try:
                 total += await transport.get_max_offset(broker.broker_addr, mq)
-        return total
-    except Exception as exc:  # the broker answers "topic not exist" for a route it lacks
-        if "not exist" in str(exc) or "No topic route" in str(exc):
-            return 0
-        raise
+            except Exception as exc:
+                if "not exist" not in str(exc).lower():
+                    raise
     finally:
         await transport.close()
+    return total
 
 
 # -- the spark sink ---------------------------------------------------------------------------
