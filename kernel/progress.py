@@ -98,6 +98,10 @@ class ConsumerProgress:
         return sum(t.consumed_failed for t in self.topics)
 
     @property
+    def bad_bodies(self) -> int:
+        return sum(t.bad_bodies for t in self.topics)
+
+    @property
     def cached_messages(self) -> int:
         return sum(q.cached_messages for q in self.queues)
 

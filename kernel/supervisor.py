@@ -367,9 +367,10 @@ class Supervisor:
         for name, figures in self.totals().items():
             slots = [s for s in self.slots if s.job.identity.consumer == name]
             restarts = sum(s.restarts for s in slots)
+            bad = f", {figures.bad_bodies:,} bad bodies kept raw" if figures.bad_bodies else ""
             print(
                 f"rmqk: {name}: {figures.consumed_ok:,} consumed, {figures.consumed_failed:,} "
-                f"failed, by {len(slots)} worker processes ({restarts} "
+                f"failed{bad}, by {len(slots)} worker processes ({restarts} "
                 f"restart{'' if restarts == 1 else 's'})",
                 file=sys.stderr,
             )

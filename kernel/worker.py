@@ -222,6 +222,7 @@ def _figures(composed: Any, max_offsets: Any) -> WorkerFigures:
         consumed_failed=progress.consumed_failed,
         cached=progress.cached_messages,
         flow_control_events=progress.flow_control_events,
+        bad_bodies=progress.bad_bodies,
         lag=progress.lag,
         namesrv=progress.namesrv,
         namesrv_error=progress.namesrv_error,

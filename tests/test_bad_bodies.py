@@ -19,7 +19,10 @@ import functools
 import json
 import logging
 import re
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -398,6 +401,54 @@ def test_a_halted_worker_exits_with_the_error_and_is_restarted(
         committed_offsets(broker_thread.namesrv_addr, broker_thread.broker_addr, "g-w", "Single", 1)
     )
     assert committed[0] is None or committed[0] <= 1, committed
+
+
+def test_supervised_workers_count_bad_bodies_in_the_final_tally(
+    broker_thread: Any, tmp_path: Path
+) -> None:
+    """Under processes = N the group's final line sums every worker's bad bodies."""
+    bodies = _bodies(60)
+    bad = sum(1 for b in bodies if not b.startswith(b"{"))
+
+    async def setup() -> None:
+        await create_topic(broker_thread, TOPIC, 4)
+        await produce(broker_thread.namesrv_addr, TOPIC, bodies, batch=8)
+
+    asyncio.run(setup())
+    out = tmp_path / "out.jsonl"
+    config = _config(
+        tmp_path, broker_thread.namesrv_addr, "g-sup", f'path = "{out}"\nbody_format = "json"',
+        "jsonl",
+    )  # fmt: skip
+    config.write_text(config.read_text().replace('sink = "jsonl"', 'processes = 2\nsink = "jsonl"'))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqk.cli", "run", str(config)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        def written() -> int:
+            return sum(len(_records(f)) for f in tmp_path.glob("out.w*.jsonl"))
+
+        deadline = time.monotonic() + 120
+        while written() < len(bodies):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, f"only {written()} of {len(bodies)} written"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    kept = [
+        r
+        for f in tmp_path.glob("out.w*.jsonl")
+        for r in _records(f)
+        if r["_corrupt_record"] is not None
+    ]
+    assert len(kept) == bad
+    tally = [line for line in err.splitlines() if line.startswith("rmqk: c: ")]
+    assert len(tally) == 1, err
+    assert f"{len(bodies)} consumed, 0 failed, {bad} bad bodies kept raw, by 2 worker" in tally[0]
 
 
 async def _until_routed(broker: Any, topic: str) -> None:
