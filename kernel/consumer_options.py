@@ -450,6 +450,21 @@ class ConsumerOptions:
         maximum=JAVA_INT_MAX,
         unit="bytes",
     )
+    on_offsets_reset: str = _option(
+        OptionType.STR,
+        "What to do when a queue's offsets go backwards: its max offset on the broker is "
+        "below the offset the group (or an exactly-once sink's commit records) recorded, as "
+        "after a broker rebuilt with an empty store under the same name or a topic deleted "
+        "and created again. fail stops the consumer with one error naming the topic, "
+        "broker, queue and both offsets (rmqk run exits with it). resume starts the queue "
+        "afresh from its min offset, with a WARNING and the offsets_reset counter "
+        "(rmqk_offsets_reset_total, the stop line), an exactly-once sink forgetting the "
+        "queue's commit records first so its new messages are written. An rmqk option: "
+        "Java 4.9.8 adopts the broker's nextBeginOffset for every OFFSET_ILLEGAL answer, "
+        "which here is past the new messages, and only logs it.",
+        "fail",
+        allowed=("fail", "resume"),
+    )
     post_subscription_when_pull: bool = _option(
         OptionType.BOOL,
         "Send the subscription expression with every pull request.",

@@ -13,6 +13,7 @@ from rmqk.message import MessageExt
 from rmqk.model import MessageModel, MessageQueue
 
 if TYPE_CHECKING:
+    from rmqk.offsets_reset import OffsetsReset
     from rmqk.transport import Transport
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "BufferedSink",
     "OffsetStore",
     "OffsetStoreContext",
+    "OffsetsRecordingSink",
     "ReadOffsetType",
     "Sink",
 ]
@@ -156,6 +158,32 @@ class BufferedSink(Sink, Protocol):
         The future resolves once that flush is durable and fails with its error;
         cancelling it withdraws the batch if no flush has taken it yet.
         """
+        ...
+
+
+@runtime_checkable
+class OffsetsRecordingSink(Sink, Protocol):
+    """A sink that records the offsets it wrote (exactly once), checked with ``isinstance``.
+
+    Such a sink must hear of a queue whose offsets went backwards (issue 25), or
+    it skips the queue's new messages as already written. A composed consumer
+    passes it its ``on_offsets_reset`` and awaits :meth:`offsets_reset` before
+    it starts a queue afresh.
+    """
+
+    def watch_offsets(self, policy: str, report: Callable[[OffsetsReset], None]) -> None:
+        """Check each batch against the offsets recorded for its queue.
+
+        A batch whose queue max offset (stamped at the pull) is not above the
+        highest offset recorded for the queue went backwards: ``policy`` ``fail``
+        fails its write with :class:`rmqk.offsets_reset.OffsetsWentBackwardsError`,
+        ``resume`` forgets the queue's records and writes it. Either way
+        ``report(reset)`` is called on the event loop.
+        """
+        ...
+
+    async def offsets_reset(self, queue: MessageQueue) -> None:
+        """Forget, durably, every offset recorded for ``queue``: it starts afresh."""
         ...
 
 

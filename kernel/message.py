@@ -293,6 +293,17 @@ class MessageExt(_TagsAndKeys):
                     return found
         return self.properties.get(MessageProperty.TAGS)
 
+    def queue_max_offset(self) -> int | None:
+        """The queue's max offset when this message was pulled (MAX_OFFSET), if stamped."""
+        if self._props is None:
+            bounds = self._queue_bounds
+            return None if bounds is None else bounds[1]
+        text = self._props.get(MessageProperty.MAX_OFFSET)
+        try:
+            return None if text is None else int(text)
+        except ValueError:
+            return None
+
     def set_queue_bounds(self, bounds: tuple[int, int]) -> None:
         """Record the queue's min and max offset (PullAPIWrapper's MIN/MAX_OFFSET)."""
         if self._props is None:

@@ -88,6 +88,9 @@ class ConsumerProgress:
     flow_control_events: int = 0
     # Subscribed topics no route has given queues for: misspelt, or not created yet.
     unrouted_topics: tuple[str, ...] = ()
+    # (topic, times) a queue of the topic started afresh because its offsets went
+    # backwards (on_offsets_reset = "resume"), by the consumer or its sink.
+    offsets_resets: tuple[tuple[str, int], ...] = ()
 
     @property
     def consumed_ok(self) -> int:
@@ -184,6 +187,7 @@ def snapshot(
         namesrv_error=getattr(client, "namesrv_error", None),
         flow_control_events=int(getattr(flow, "events", 0)),
         unrouted_topics=unrouted,
+        offsets_resets=tuple(sorted(getattr(consumer, "offsets_resets", {}).items())),
     )
 
 

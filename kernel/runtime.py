@@ -13,13 +13,14 @@ from typing import Any
 import attrs
 
 from rmqk.config import Config, ConsumerSpec
-from rmqk.contracts import BodyParsingSink, BufferedSink, Sink
+from rmqk.contracts import BodyParsingSink, BufferedSink, OffsetsRecordingSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.listener import listener_name
-from rmqk.errors import ClientError, ConfigError, SinkHalted
+from rmqk.errors import ClientError, ConfigError, RmqkError, SinkHalted
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
 from rmqk.model import MessageModel
+from rmqk.offsets_reset import OffsetsReset
 from rmqk.options import ConsumerOptions, rehome
 from rmqk.pluginmanager import registries
 from rmqk.preflight import preflight, sink_step
@@ -63,18 +64,26 @@ class StopTally:
     advanced_queues: int
     advanced_total: int
     elapsed_s: float
+    # Queues started afresh because their offsets went backwards (on_offsets_reset).
+    offsets_reset: int = 0
     # Bodies the sink could not parse and kept raw (body_format = "json").
     bad_bodies: int = 0
     # Why the sink halted the consumer (on_bad_body = "fail"), if it did.
     halted: str | None = None
 
     def line(self) -> str:
+        resets = (
+            f", {self.offsets_reset} queue(s) started afresh (offsets went backwards)"
+            if self.offsets_reset
+            else ""
+        )
         bad = f", {self.bad_bodies:,} bad bodies kept raw" if self.bad_bodies else ""
         halted = f", halted by its sink: {self.halted}" if self.halted else ""
         return (
             f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed{bad}, "
             f"offsets advanced by {self.advanced_total:,} on {self.advanced_queues} of "
-            f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s{halted}"
+            f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s{resets}"
+            f"{halted}"
         )
 
 
@@ -101,9 +110,15 @@ class ComposedConsumer:
         self.consumer = AsyncPushConsumer(spec.group, options)
         self.started_at: float | None = None
         self.stopped_at: float | None = None
-        # The error a sink halted this consumer with, and who is told (run_config stops).
-        self.halted: SinkHalted | None = None
-        self.on_halt: Callable[[ComposedConsumer, SinkHalted], None] | None = None
+        if isinstance(sink, OffsetsRecordingSink):
+            # Issue 25: the sink's commit records go backwards with the queue's offsets.
+            consumer = self.consumer
+
+            def reported(reset: OffsetsReset) -> None:
+                consumer.offsets_went_backwards(reset)
+
+            sink.watch_offsets(options.on_offsets_reset, reported)
+            consumer.add_offsets_reset_listener(sink.offsets_reset)
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
         if isinstance(sink, BodyParsingSink):
@@ -141,17 +156,12 @@ class ComposedConsumer:
                 self._halt(exc)
 
     def _halt(self, exc: SinkHalted) -> None:
-        """The sink refused to go on: say why once, and have the consumer stopped.
+        """The sink refused to go on: the consumer stops on that error (and the run with it).
 
         The consume service leaves the batches failed with this error neither
         acknowledged nor sent back, so their offsets stay uncommitted.
         """
-        if self.halted is not None:
-            return
-        self.halted = exc
-        log.error("consumer %s (group %s) stops: %s", self.spec.name, self.spec.group, exc)
-        if self.on_halt is not None:
-            self.on_halt(self, exc)
+        self.consumer.fail(exc)
 
     async def start(self) -> None:
         # Tasks the consumer creates while starting (pull loops, consume workers, timers)
@@ -185,6 +195,11 @@ class ComposedConsumer:
             self.stopped_at = time.monotonic()
             await self.sink.close()
 
+    @property
+    def failure(self) -> RmqkError | None:
+        """The error the consumer stopped on by itself (on_offsets_reset = "fail"), if any."""
+        return self.consumer.failure
+
     def tally(self) -> StopTally:
         consumer = self.consumer
         consumed = sum(t.consumed_ok_total for t in consumer.stats.topics.values())
@@ -213,8 +228,9 @@ class ComposedConsumer:
             advanced_queues=len(advances),
             advanced_total=sum(advances),
             elapsed_s=end - self.started_at if self.started_at is not None else 0.0,
+            offsets_reset=sum(consumer.offsets_resets.values()),
             bad_bodies=sum(t.bad_bodies_total for t in consumer.stats.topics.values()),
-            halted=str(self.halted) if self.halted is not None else None,
+            halted=str(consumer.failure) if isinstance(consumer.failure, SinkHalted) else None,
         )
 
 
@@ -272,8 +288,9 @@ async def run_config(
 
     ``on_stopped`` gets the consumers that ran, once every one of them is stopped;
     ``on_created`` gets each one before it starts (a worker pauses it there).
-    A sink that halts its consumer (:class:`~rmqk.errors.SinkHalted`) stops them
-    all, and the first such error is raised once they are stopped.
+    A consumer that stops on an error (offsets gone backwards, a sink that halts
+    with :class:`~rmqk.errors.SinkHalted`) stops them all, and the first such
+    error is raised once they are stopped.
     """
     specs = [s for s in config.consumers if not names or s.name in names]
     if names:
@@ -286,17 +303,10 @@ async def run_config(
     # The same checks as `rmqk check`, every problem at once, before anything connects.
     preflight(config, specs)
     running: list[ComposedConsumer] = []
-    halts: list[SinkHalted] = []
-
-    def halted(_composed: ComposedConsumer, exc: SinkHalted) -> None:
-        halts.append(exc)
-        stop.set()
-
     try:
         for spec in specs:
             try:
                 composed = ComposedConsumer(spec, config.path)
-                composed.on_halt = halted
                 if on_created is not None:
                     on_created(composed)
                 await composed.start()
@@ -304,6 +314,9 @@ async def run_config(
                 # Plugin factories name placeholders; here the file and table are known.
                 raise rehome(exc, config.path, spec.table) from exc
             running.append(composed)
+            # A consumer that stops on an error (offsets gone backwards) stops the run,
+            # which then ends with that error.
+            composed.consumer.add_failure_listener(lambda _error: stop.set())
             log.info("consumer %s (group %s) started, sink %s", spec.name, spec.group, spec.sink)
         if on_started is not None:
             on_started(running)
@@ -316,8 +329,9 @@ async def run_config(
                 log.exception("stopping consumer %s failed", composed.spec.name)
         if on_stopped is not None and running:
             on_stopped(running)
-    if halts:
-        raise halts[0]
+    failed = [composed.failure for composed in running if composed.failure is not None]
+    if failed:
+        raise failed[0]
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

@@ -91,6 +91,7 @@ class _Slot:
         self.banked = WorkerFigures(lag=0)
         self.last: WorkerFigures | None = None
         self.last_error: str | None = None
+        self.last_error_final = False
         self.restarts = 0
 
     @property
@@ -234,6 +235,11 @@ class Supervisor:
         self._retire(slot)
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
         reason = slot.last_error or how
+        if slot.last_error_final and slot.last_error:
+            # A restart would meet the same (offsets gone backwards, a sink's halt): end
+            # with that error.
+            self._failure = slot.last_error.removeprefix("rmqk: error: ")
+            return
         if lived >= self.settings.stable_after:
             slot.failures = 0
         slot.failures += 1
@@ -320,6 +326,7 @@ class Supervisor:
             slot.last_error = None
         elif isinstance(message, WorkerFailed):
             slot.last_error = message.reason
+            slot.last_error_final = message.final
 
     # -- the group's figures -------------------------------------------------------
 

@@ -131,7 +131,13 @@ def worker_main(job: WorkerJob, conn: Connection) -> None:
         pass
     except BaseException as exc:
         log.debug("worker %s failed", job.identity.label, exc_info=True)
-        pipe.send(WorkerFailed(error_line(exc)))
+        from rmqk.errors import SinkHalted
+        from rmqk.offsets_reset import OffsetsWentBackwardsError
+
+        # Errors a restart would meet again: offsets gone backwards, a sink refusing a
+        # message (on_bad_body = "fail": the same body comes first again).
+        final = isinstance(exc, OffsetsWentBackwardsError | SinkHalted)
+        pipe.send(WorkerFailed(error_line(exc), final=final))
         with contextlib.suppress(OSError):
             conn.close()
         sys.exit(1)

@@ -146,3 +146,7 @@ class WorkerFailed:
     """Why the worker is exiting with an error, as one line."""
 
     reason: str
+    # An error a restart cannot cure (a queue's offsets went backwards, a sink that
+    # halted on a message it refuses): the supervisor stops every worker and ends with
+    # it instead of restarting the worker.
+    final: bool = False

@@ -124,6 +124,10 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
     "await_termination_millis_when_shutdown": (
         E + "test_await_termination_millis_when_shutdown_lets_running_consumes_finish",
     ),
+    "on_offsets_reset": (
+        "tests/test_offsets_reset.py::test_push_consumer_resumes_every_queue_with_a_count",
+        "tests/test_offsets_reset.py::test_lite_pull_resumes_every_queue_with_a_count",
+    ),
 }
 
 LITE_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {

@@ -17,7 +17,12 @@ from rmqk.engine.consume_host import create_consume_service
 from rmqk.engine.listener import ListenerInvoker
 from rmqk.engine.member import ConsumerMember, options_where
 from rmqk.engine.process_queue import ProcessQueue
-from rmqk.engine.pull import PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL, FlowControl, PullAPI
+from rmqk.engine.pull import (
+    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
+    FlowControl,
+    PullAPI,
+    offsets_went_backwards,
+)
 from rmqk.engine.rebalance import Rebalance
 from rmqk.engine.startup import load_offset_store, start_once
 from rmqk.engine.stats import ConsumerStats
@@ -257,6 +262,8 @@ class AsyncPushConsumer(ConsumerMember):
         self.pause()
 
     def resume(self) -> None:
+        if self.failure is not None:
+            raise ClientError(f"this consumer stopped on an error: {self.failure}")
         self.paused = False
         if self.state is ServiceState.RUNNING:
             self.client.rebalance_immediately()
@@ -264,7 +271,9 @@ class AsyncPushConsumer(ConsumerMember):
     # -- MemberInner (what the client instance calls) ------------------------------------------
 
     async def do_rebalance(self) -> None:
-        if not self.paused and self.state is ServiceState.RUNNING:
+        # A consumer stopped on an error takes no queue again (an admin offset reset
+        # un-pauses it, and must not bring it back).
+        if not self.paused and self.failure is None and self.state is ServiceState.RUNNING:
             await self.rebalance.do_rebalance(self.consume_orderly)
 
     def _queues_to_persist(self) -> set[MessageQueue] | None:
@@ -292,8 +301,9 @@ class AsyncPushConsumer(ConsumerMember):
                 if task is not None:
                     task.cancel()
         finally:
-            self.paused = False
-            await self.rebalance.do_rebalance(self.consume_orderly)
+            self.paused = self.failure is not None
+            if not self.paused:
+                await self.rebalance.do_rebalance(self.consume_orderly)
 
     reset_offset_pause_ms = RESET_OFFSET_PAUSE_MS
 
@@ -546,12 +556,31 @@ class AsyncPushConsumer(ConsumerMember):
                 self.offset_store.update_offset(mq, req.next_offset, True)
             return 0
         if status is PullStatus.OFFSET_ILLEGAL:
+            reset = offsets_went_backwards(mq, req.next_offset, result)
+            if reset is not None and not self.offsets_went_backwards(reset):
+                # on_offsets_reset = "fail": the consumer stopped; the offsets stay.
+                return None
             log.warning("the pull request offset illegal, %s next=%d", mq, result.next_begin_offset)
-            req.next_offset = result.next_begin_offset
+            # Java adopts nextBeginOffset: for offsets gone backwards that is the new
+            # queue's max offset, past its new messages; they start from its min offset.
+            req.next_offset = result.next_begin_offset if reset is None else reset.first
             pq.dropped = True
             fixed = req.next_offset
 
             async def fix() -> None:
+                if reset is not None:
+                    # Whatever recorded the old offsets beside the group forgets them
+                    # first, or it would skip the queue's new messages as written.
+                    try:
+                        await self._forget_queue(mq)
+                    except Exception as exc:
+                        self.fail(
+                            ClientError(
+                                f"cannot start {mq} afresh after its offsets went backwards: "
+                                f"forgetting its recorded offsets failed: {exc}"
+                            )
+                        )
+                        return
                 try:
                     self.offset_store.update_offset(mq, fixed, False)
                     await self.offset_store.persist(mq)
@@ -560,8 +589,17 @@ class AsyncPushConsumer(ConsumerMember):
                 except Exception:
                     log.exception("executeTaskLater Exception")
 
-            self.call_later(OFFSET_ILLEGAL_FIX_DELAY_MS, fix)
+            self.call_later(self.offset_illegal_fix_delay_ms, fix)
         return None
+
+    # Java's delay before an OFFSET_ILLEGAL queue restarts (tests shorten it).
+    offset_illegal_fix_delay_ms = OFFSET_ILLEGAL_FIX_DELAY_MS
+
+    def _stop_pulling(self) -> None:
+        # Paused: no rebalance re-creates a queue; dropped: every pull loop ends.
+        self.paused = True
+        for pq in self.rebalance.process_queue_table.values():
+            pq.dropped = True
 
 
 class _PullRequest:

@@ -16,7 +16,7 @@ import enum
 import logging
 import os
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, Self
 
 from rmqk.contexts import ClientContext, ClientRole
@@ -37,6 +37,7 @@ from rmqk.model import (
     SubscriptionData,
 )
 from rmqk.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
+from rmqk.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
 from rmqk.options import ConsumerOptions, Where, check_group
 from rmqk.optionspec import option_specs
 from rmqk.pluginmanager import call_event_hook, registries
@@ -113,6 +114,13 @@ class ConsumerMember:
         self._namesrv: tuple[str, ...] = ()
         self._background: set[asyncio.Future[Any]] = set()
         self._heartbeat_requested_at = 0.0
+        # Issue 25: what stopped this consumer (on_offsets_reset = "fail"), who is told,
+        # and who must forget a queue before it starts afresh ("resume").
+        self.failure: RmqkError | None = None
+        self._failure_listeners: list[Callable[[RmqkError], None]] = []
+        self._reset_listeners: list[Callable[[MessageQueue], Awaitable[None]]] = []
+        # Queues started afresh because their offsets went backwards, per topic.
+        self.offsets_resets: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -128,6 +136,68 @@ class ConsumerMember:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
+
+    # -- offsets that went backwards (issue 25) ----------------------------------------------
+
+    def add_failure_listener(self, listener: Callable[[RmqkError], None]) -> None:
+        """``listener(error)`` once, on the event loop, when the consumer stops on an error.
+
+        The consumer has stopped pulling by then; :attr:`failure` holds the error
+        and the caller should still :meth:`shutdown` it.
+        """
+        self._failure_listeners.append(listener)
+        if self.failure is not None:
+            listener(self.failure)
+
+    def add_offsets_reset_listener(
+        self, listener: Callable[[MessageQueue], Awaitable[None]]
+    ) -> None:
+        """``await listener(queue)`` before a queue whose offsets went backwards starts afresh.
+
+        For whatever recorded the queue's old offsets beside the consumer (an
+        exactly-once sink's commit records): the queue's offset moves back only
+        once every listener returned, so nothing is skipped as already written.
+        """
+        self._reset_listeners.append(listener)
+
+    def offsets_went_backwards(self, reset: OffsetsReset) -> bool:
+        """Apply ``on_offsets_reset`` to ``reset``: True to start the queue afresh.
+
+        ``resume``: a WARNING and the ``offsets_reset`` counter. ``fail``: the
+        consumer stops with :class:`OffsetsWentBackwardsError` (see :meth:`fail`).
+        """
+        if self.options.on_offsets_reset == "resume":
+            self.log.warning(
+                '%s; on_offsets_reset = "resume": the queue starts afresh from offset %d',
+                reset.describe(),
+                reset.first,
+            )
+            self.offsets_resets[reset.topic] = self.offsets_resets.get(reset.topic, 0) + 1
+            return True
+        self.fail(OffsetsWentBackwardsError(reset))
+        return False
+
+    def fail(self, error: RmqkError) -> None:
+        """Stop pulling every queue, log ``error`` once and tell the failure listeners."""
+        if self.failure is not None:
+            return
+        self.failure = error
+        self.log.error("%s", error)
+        self._stop_pulling()
+        for listener in list(self._failure_listeners):
+            try:
+                listener(error)
+            except Exception:
+                self.log.exception("a failure listener of group %s failed", self.group)
+
+    def _stop_pulling(self) -> None:
+        """Pull no queue any more (the consumer kind knows how)."""
+        raise NotImplementedError
+
+    async def _forget_queue(self, mq: MessageQueue) -> None:
+        """Await the offsets-reset listeners for ``mq`` (see :meth:`add_offsets_reset_listener`)."""
+        for listener in list(self._reset_listeners):
+            await listener(mq)
 
     # -- joining a client instance ---------------------------------------------------------
 

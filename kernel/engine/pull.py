@@ -33,6 +33,7 @@ from rmqk.model import (
     PullStatus,
     SubscriptionData,
 )
+from rmqk.offsets_reset import OffsetsReset
 from rmqk.pluginmanager import call_event_hook, get_plugin_manager
 from rmqk.protocol import PullSysFlag, ResponseCode
 from rmqk.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE, PullMessageRequest
@@ -43,6 +44,7 @@ __all__ = [
     "FlowControl",
     "PullAPI",
     "filter_pulled",
+    "offsets_went_backwards",
     "stamp_queue_offsets",
 ]
 
@@ -392,6 +394,31 @@ def _by_tag(sub: SubscriptionData, msgs: list[MessageExt]) -> list[MessageExt]:
         tags = sub.tags_set
         return [m for m in msgs if m.tags in tags]
     return msgs
+
+
+def offsets_went_backwards(
+    mq: MessageQueue, offset: int, result: PullResult
+) -> OffsetsReset | None:
+    """The queue's offsets went backwards, if the pull of ``mq`` at ``offset`` says so.
+
+    An OFFSET_ILLEGAL answer (PULL_OFFSET_MOVED) whose max offset is below the
+    offset pulled: the queue holds fewer messages than this consumer already
+    went past, which only a store rebuilt empty or a topic created again does
+    (the broker answers OFFSET_OVERFLOW_BADLY, or NO_MESSAGE_IN_QUEUE for an
+    empty queue, both as PULL_OFFSET_MOVED). Other answers with a smaller max
+    offset (a lagging slave's PULL_RETRY_IMMEDIATELY) move nothing and are not it.
+    """
+    if result.status is not PullStatus.OFFSET_ILLEGAL or result.max_offset >= offset:
+        return None
+    return OffsetsReset(
+        mq.topic,
+        mq.broker_name,
+        mq.queue_id,
+        offset,
+        result.max_offset,
+        "the consumer group",
+        first=result.min_offset,
+    )
 
 
 def stamp_queue_offsets(msgs: list[MessageExt], min_offset: int, max_offset: int) -> None:

@@ -18,6 +18,8 @@ Read from each consumer when scraped (``ConsumerStats`` and the process queues):
   (or inflated past ``max_decompressed_body_size``), skipped and logged once each;
 * ``rmqk_bad_bodies_total{group,topic}``: bodies the sink could not parse
   (``body_format = "json"``) and kept raw in its corrupt-record column;
+* ``rmqk_offsets_reset_total{group,topic}``: queues started afresh because their offsets
+  went backwards (``on_offsets_reset = "resume"``, issue 25);
 * per queue (``group,topic,broker,queue``): ``rmqk_process_queue_messages``,
   ``rmqk_process_queue_bytes``, ``rmqk_queue_committed_offset``, ``rmqk_queue_max_offset``
   and ``rmqk_queue_lag_messages`` (max offset minus committed offset);
@@ -129,6 +131,11 @@ class ConsumerCollector(Collector):
             "Bodies the sink could not parse, kept raw in its corrupt-record column.",
             labels=topic_labels,
         )
+        resets = CounterMetricFamily(
+            "rmqk_offsets_reset",
+            "Queues started afresh because their offsets went backwards (on_offsets_reset).",
+            labels=topic_labels,
+        )
         pull_tps = GaugeMetricFamily(
             "rmqk_pull_tps", "Messages pulled per second over the last minute.", labels=topic_labels
         )
@@ -179,6 +186,8 @@ class ConsumerCollector(Collector):
                 pull_tps.add_metric(labels, t.pull_tps)
                 ok_tps.add_metric(labels, t.consume_ok_tps)
                 failed_tps.add_metric(labels, t.consume_failed_tps)
+            for topic, times in p.offsets_resets:
+                resets.add_metric([p.group, topic], times)
             for q in p.queues:
                 mq = q.queue
                 labels = [p.group, mq.topic, mq.broker_name, str(mq.queue_id)]
@@ -190,7 +199,8 @@ class ConsumerCollector(Collector):
                     max_offset.add_metric(labels, q.max_offset)
                 if q.lag is not None:
                     lag.add_metric(labels, q.lag)
-        yield from (pulled, pull_latency, skipped, bad_bodies, pull_tps, ok_tps, failed_tps)
+        yield from (pulled, pull_latency, skipped, bad_bodies, resets)
+        yield from (pull_tps, ok_tps, failed_tps)
         yield from (cached, cached_bytes, committed, max_offset, lag, queues)
 
 

@@ -28,6 +28,16 @@ consumed batches, from many queues) durably. The base does the rest:
   :meth:`~GroupCommitSink.committed_ranges`. A crash at any moment then neither
   loses a message (it was not acknowledged, so it comes again) nor writes one
   twice (its offset is committed, so it is skipped).
+* Exactly once, a queue whose offsets went backwards (a broker rebuilt empty,
+  a topic created again: issue 25) would have its new messages skipped as
+  committed. The base notices it (a batch's queue max offset, stamped at the
+  pull, not above the highest offset committed for the queue) and follows the
+  consumer's ``on_offsets_reset`` (:meth:`~GroupCommitSink.watch_offsets`):
+  ``fail`` fails the flush with :class:`~rmqk.offsets_reset.OffsetsWentBackwardsError`,
+  ``resume`` commits a reset mark for the queue
+  (:meth:`~rmqk.plugins.sinks.offsetranges.OffsetRange.reset_of`) with the rows.
+  A consumer that starts a queue afresh itself first awaits
+  :meth:`~GroupCommitSink.offsets_reset`, which commits the mark alone.
 
 A composed consumer (``rmqk run``) delivers with ``submit``, so no consume
 worker waits on a flush, and widens its flow control to ``window_rows``: two
@@ -41,8 +51,9 @@ import abc
 import asyncio
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -50,6 +61,7 @@ import attrs
 from rmqk.errors import SinkHalted
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
 from rmqk.plugins.sinks.buildahead import Part, PartBuilder, Pending
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
 from rmqk.plugins.sinks.uncommitted import keep_uncommitted, spans_of
@@ -154,6 +166,13 @@ class GroupCommitSink(abc.ABC):
         # Set once a write raised SinkHalted: every later flush fails with it unwritten,
         # so nothing after the refused message is acknowledged while the consumer stops.
         self._halted: SinkHalted | None = None
+        # Offsets gone backwards (issue 25): the consumer's on_offsets_reset, and how to
+        # tell the consumer (from the writer thread, through the loop).
+        self._offsets_policy = "fail"
+        self._report_reset: Callable[[OffsetsReset], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # One exactly-once commit at a time: flushes, and reset marks a consumer asks for.
+        self._commit_lock = threading.Lock()
         self._parts = (
             PartBuilder(self.build_part, self.part_rows, f"rmqk-{self.sink_name}-build {target}")
             if self.part_rows
@@ -214,6 +233,81 @@ class GroupCommitSink(abc.ABC):
         if raced:
             raise CommitRaced(raced)
 
+    # -- offsets that went backwards (issue 25) ------------------------------------------
+
+    def watch_offsets(self, policy: str, report: Callable[[OffsetsReset], None]) -> None:
+        """Follow ``policy`` (``fail`` or ``resume``) for a queue whose offsets went backwards.
+
+        ``report(reset)`` is called on the event loop for each one found. Without
+        this call the policy is ``fail``: nothing is ever skipped silently.
+        """
+        if policy not in ("fail", "resume"):
+            raise ValueError(f"on_offsets_reset must be fail or resume, got {policy!r}")
+        self._offsets_policy = policy
+        self._report_reset = report
+
+    async def offsets_reset(self, queue: MessageQueue) -> None:
+        """Forget, durably, every offset committed for ``queue``: it starts afresh.
+
+        Batches of the queue still buffered (pulled before the reset) are
+        withdrawn; a flush already writing some finishes first. Exactly once
+        only; otherwise there is nothing recorded to forget.
+        """
+        if not self.exactly_once:
+            return
+        for entry in [e for e in self._pending if e.queue == queue]:
+            entry.cancel()
+        if not self._started:
+            await self.start()
+        await asyncio.to_thread(self._commit_reset, queue)
+
+    def _commit_reset(self, queue: MessageQueue) -> None:
+        mark = OffsetRange.reset_of(queue.topic, queue.broker_name, queue.queue_id)
+        with self._commit_lock:
+            self._absorb(self.committed_ranges())
+            self.write_batch(Flush((), (mark,)))
+            self._absorb((mark,))
+        log.warning(
+            "%s sink: forgot the offsets committed for %s in %s, which starts afresh",
+            self.sink_name,
+            queue,
+            self.target,
+        )
+
+    def _went_backwards(
+        self, pairs: Sequence[tuple[MessageQueue, Sequence[MessageExt]]]
+    ) -> list[OffsetsReset]:
+        """The queues of ``pairs`` whose max offset at the pull is not above the highest
+        offset committed for them: their offsets went backwards (a healthy queue's max
+        offset only grows, and a committed offset was below it)."""
+        found: dict[tuple[str, str, int], OffsetsReset] = {}
+        for q, msgs in pairs:
+            key = (q.topic, q.broker_name, q.queue_id)
+            if key in found or not msgs:
+                continue
+            last = self._index.last(key)
+            if last is None:
+                continue
+            current = msgs[-1].queue_max_offset()
+            if current is None or current > last:
+                continue
+            found[key] = OffsetsReset(
+                q.topic,
+                q.broker_name,
+                q.queue_id,
+                last + 1,
+                current,
+                f"the {self.sink_name} sink's commit records in {self.target}",
+                first=min(m.queue_offset for m in msgs),
+            )
+        return list(found.values())
+
+    def _tell(self, reset: OffsetsReset) -> None:
+        report, loop = self._report_reset, self._loop
+        if report is None or loop is None:
+            return
+        loop.call_soon_threadsafe(report, reset)
+
     # -- lifecycle ---------------------------------------------------------------------
 
     @property
@@ -231,6 +325,7 @@ class GroupCommitSink(abc.ABC):
             if self._started:
                 return
             await asyncio.to_thread(self.open_output)
+            self._loop = asyncio.get_running_loop()
             self._closing = False
             self._flusher = asyncio.get_running_loop().create_task(
                 self._flush_loop(), name=f"rmqk-{self.sink_name}-flush {self.target}"
@@ -562,14 +657,35 @@ class GroupCommitSink(abc.ABC):
         pairs = tuple((e.queue, e.messages) for e in batch)
         if not self.exactly_once:
             return self.write_batch(Flush(pairs)), 0
+        with self._commit_lock:
+            return self._write_exactly_once(pairs, prepared)
+
+    def _write_exactly_once(
+        self,
+        pairs: tuple[tuple[MessageQueue, Sequence[MessageExt]], ...],
+        prepared: list[Any] | None,
+    ) -> tuple[int, int]:
         self._absorb(self.committed_ranges())
         spans = spans_of(pairs)
+        resets = self._went_backwards(pairs)
+        for reset in resets:
+            self._tell(reset)
+        if resets and self._offsets_policy != "resume":
+            raise OffsetsWentBackwardsError(resets[0])
+        # Resume: the queues' old records are void from this commit on; the marks are
+        # committed before the rows' ranges, in the same step.
+        marks = tuple(OffsetRange.reset_of(r.topic, r.broker, r.queue_id) for r in resets)
         for _attempt in range(_COMMIT_ATTEMPTS):
-            kept, skipped = keep_uncommitted(self._index, pairs, spans)
+            index = self._index
+            if marks:
+                index = index.copy()
+                for mark in marks:
+                    index.forget(mark.key)
+            kept, skipped = keep_uncommitted(index, pairs, spans)
             if not kept:
                 return 0, skipped
             # A batch's whole span is recorded: the offsets it lacks were filtered out.
-            ranges = ranges_of(
+            ranges = marks + ranges_of(
                 (q.topic, q.broker_name, q.queue_id, spans[i][0], spans[i][1]) for i, q, _ in kept
             )
             flush = Flush(

@@ -14,12 +14,18 @@ from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["OffsetIndex", "OffsetRange", "ranges_of"]
+__all__ = ["RESET_MARK", "OffsetIndex", "OffsetRange", "ranges_of"]
+
+
+# A range whose first and last are this is no range but a reset mark: every offset
+# recorded for its queue before it is void (the queue's offsets went backwards and it
+# started afresh, issue 25). Committed like ranges, in order with them.
+RESET_MARK = -1
 
 
 @attrs.frozen
 class OffsetRange:
-    """Offsets ``first``..``last`` (both included) of one queue."""
+    """Offsets ``first``..``last`` (both included) of one queue, or a reset mark."""
 
     topic: str
     broker: str
@@ -31,6 +37,15 @@ class OffsetRange:
     def key(self) -> tuple[str, str, int]:
         return (self.topic, self.broker, self.queue_id)
 
+    @property
+    def is_reset(self) -> bool:
+        return self.first == RESET_MARK and self.last == RESET_MARK
+
+    @classmethod
+    def reset_of(cls, topic: str, broker: str, queue_id: int) -> OffsetRange:
+        """The mark that voids what was recorded for the queue before it."""
+        return cls(topic, broker, queue_id, RESET_MARK, RESET_MARK)
+
 
 class OffsetIndex:
     """Which offsets of which queues are committed: merged, sorted intervals per queue."""
@@ -40,6 +55,9 @@ class OffsetIndex:
         self._ends: dict[tuple[str, str, int], list[int]] = {}
 
     def add(self, r: OffsetRange) -> None:
+        if r.is_reset:
+            self.forget(r.key)
+            return
         starts = self._starts.setdefault(r.key, [])
         ends = self._ends.setdefault(r.key, [])
         first, last = r.first, r.last
@@ -52,6 +70,22 @@ class OffsetIndex:
             j += 1
         starts[i:j] = [first]
         ends[i:j] = [last]
+
+    def forget(self, key: tuple[str, str, int]) -> None:
+        """Drop every interval of the queue ``key`` (topic, broker, queue id)."""
+        self._starts.pop(key, None)
+        self._ends.pop(key, None)
+
+    def last(self, key: tuple[str, str, int]) -> int | None:
+        """The highest offset recorded for the queue ``key``, or None."""
+        ends = self._ends.get(key)
+        return ends[-1] if ends else None
+
+    def copy(self) -> OffsetIndex:
+        other = OffsetIndex()
+        other._starts = {k: list(v) for k, v in self._starts.items()}
+        other._ends = {k: list(v) for k, v in self._ends.items()}
+        return other
 
     def covers(self, topic: str, broker: str, queue_id: int, offset: int) -> bool:
         starts = self._starts.get((topic, broker, queue_id))

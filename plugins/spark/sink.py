@@ -46,6 +46,7 @@ import attrs
 from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.offsets_reset import OffsetsReset
 from rmqk.plugins.sinks.badbody import BadBodyCounter, BadBodyError, why_unparsed
 from rmqk.plugins.sinks.commitlog import CommitEntry, StagingArea, data_files, now_ms
 from rmqk.plugins.sinks.groupcommit import Flush, FlushStats, FlushTriggers, GroupCommitSink
@@ -269,6 +270,21 @@ class OutputWriter(GroupCommitSink):
         return [r for e in self._staging.log.read_new() for r in e.ranges]
 
     def _commit_exactly_once(self, flush: Flush, staging: StagingArea) -> int:
+        if not flush.batches:
+            # Reset marks alone (a queue's offsets went backwards): a log line, no files.
+            self._seq += 1
+            mark = CommitEntry(
+                flush_id=f"{staging.owner}-{self._seq}",
+                owner=staging.owner,
+                seq=self._seq,
+                rows=0,
+                files=(),
+                ranges=flush.ranges,
+                time_ms=now_ms(),
+            )
+            with staging.log.locked():
+                self._append(mark)
+            return 0
         arrow = self._prepared(flush.prepared) if flush.prepared else self._arrow(flush)
         arrow, bad = self._decoded(arrow, flush)
         self._seq += 1
@@ -400,6 +416,8 @@ class SparkSink:
         # Whether this sink holds the heap frozen (heap_freeze): released once, on close.
         self._holds_heap = False
         self._stats = SparkFlushStats()
+        # on_offsets_reset and its report, handed to the output's writer (issue 25).
+        self._watch: tuple[str, Callable[[OffsetsReset], None]] | None = None
         # Who counts the bad bodies (the consumers), handed to the writer when it starts.
         self._watchers: list[tuple[Collection[str], Callable[[str, int], None]]] = []
 
@@ -443,6 +461,9 @@ class SparkSink:
         self._stats = writer.spark_stats
         for topics, report in self._watchers:
             writer.watch_bad_bodies(topics, report)
+        if self._watch is not None:
+            # A writer shared by consumers of one output follows the last one started.
+            writer.watch_offsets(*self._watch)
         try:
             await writer.start()
         except BaseException:
@@ -456,6 +477,19 @@ class SparkSink:
         if self.writer is writer and not self._holds_heap:
             heap_freeze.hold()
             self._holds_heap = True
+
+    def watch_offsets(self, policy: str, report: Callable[[OffsetsReset], None]) -> None:
+        """:meth:`GroupCommitSink.watch_offsets` of the output's writer."""
+        self._watch = (policy, report)
+        if self.writer is not None:
+            self.writer.watch_offsets(policy, report)
+
+    async def offsets_reset(self, queue: MessageQueue) -> None:
+        """:meth:`GroupCommitSink.offsets_reset` of the output's writer."""
+        if self.writer is None:
+            await self.start()
+        assert self.writer is not None
+        await self.writer.offsets_reset(queue)
 
     @property
     def window_rows(self) -> int:

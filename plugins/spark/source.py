@@ -17,13 +17,23 @@ Options (names are case-insensitive):
 ``endingOffsets``          batch reads: ``latest`` (default) or JSON per queue
 ``maxMessagesPerTrigger``  at most this many offsets per micro-batch, shared fairly
 ``subExpression``          tag filter such as ``TagA || TagB`` (default ``*``)
-``failOnDataLoss``         fail when planned offsets are gone (default true)
+``failOnDataLoss``         fail when planned offsets are gone, or a queue's offsets
+                           went backwards (default true); false reads such a queue
+                           afresh from its first offset, with a WARNING
 ``pullTimeoutMs``          timeout of each broker request (default 10000)
 ``consumerGroup``          group named in pull requests (default rmqk-spark-source)
 ``namespace``              a client namespace: topics, JSON offset keys and the group
                            are ``<namespace>%<name>`` on the brokers (and in the
                            checkpoint); the ``topic`` column holds the names without it
 =========================  ==========================================================
+
+A queue whose max offset on the broker is below the offset the checkpoint
+recorded went backwards (a broker rebuilt with an empty store, a topic deleted
+and created again; issue 25): its new messages would be skipped until the queue
+grew past the old offset. ``latestOffset`` raises :class:`DataLossError` naming
+the queue and both offsets, or with ``failOnDataLoss=false`` ends the queue's
+batch at its new max offset, which ``partitions`` reads from offset 0 (an end
+below the start means exactly that, so a replayed batch plans the same range).
 
 JSON offsets are flat (``{"Orders@broker-a@0": 42}``) or nested
 (``{"Orders": {"broker-a": {"0": 42}}}``); -2 is a queue's earliest, -1 its latest.
@@ -65,7 +75,7 @@ from rmqk.plugins.spark.offsets import (
     parse_offset_spec,
 )
 from rmqk.plugins.spark.options import SourceOptionTable
-from rmqk.plugins.spark.pull import BrokerReader, QueueInfo
+from rmqk.plugins.spark.pull import BrokerReader, DataLossError, QueueInfo
 
 # PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
 # Python sources; 4.0 and 4.1 have neither.
@@ -219,6 +229,9 @@ def _plan(
         if key not in start:
             continue  # a queue that just appeared: this batch only records its start
         s, e = int(start[key]), int(end[key])
+        if e < s:
+            # Its offsets went backwards (failOnDataLoss=false): the new queue from its start.
+            s = 0
         if e <= s:
             continue
         qk = parse_offset_key(key)
@@ -318,6 +331,8 @@ class RocketMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[mi
         self._latest: dict[str, int] | None = None
         self._last_end: dict[str, int] | None = None
         self._target: dict[str, int] | None = None
+        # Queues read afresh because their offsets went backwards (failOnDataLoss=false).
+        self.offsets_resets = 0
 
     def initialOffset(self) -> dict[str, int]:
         queues = self.driver.refresh_queues()
@@ -360,8 +375,39 @@ class RocketMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[mi
             max_rows = self._max_rows(limit)
             if max_rows is not None:
                 end = cap_offsets(begin, end, max_rows)
+            end.update(self._gone_backwards(begin, latest))
         self._last_end = end
         return end
+
+    def _gone_backwards(
+        self, begin: Mapping[str, int], latest: Mapping[str, int]
+    ) -> dict[str, int]:
+        """Queues whose max offset is below the checkpoint's: fail, or their new end.
+
+        With failOnDataLoss=false the end is the queue's new max offset, below the
+        start: :func:`_plan` reads such a queue from offset 0.
+        """
+        ends: dict[str, int] = {}
+        for key, recorded in sorted(begin.items()):
+            current = latest.get(key)
+            if current is None or current >= recorded:
+                continue
+            qk = parse_offset_key(key)
+            message = (
+                f"the offsets of topic {qk.topic}, broker {qk.broker}, queue {qk.queue_id} went "
+                f"backwards: the checkpoint recorded offset {recorded}, the queue's max offset "
+                f"on the broker is now {current} (a broker rebuilt with an empty store, or the "
+                "topic deleted and created again)"
+            )
+            if self.options.fail_on_data_loss:
+                raise DataLossError(
+                    message + "; its new messages would be skipped. Set failOnDataLoss=false "
+                    "to read the queue afresh from its first offset"
+                )
+            log.warning("%s; failOnDataLoss=false: reading the queue afresh from offset 0", message)
+            self.offsets_resets += 1
+            ends[key] = current
+        return ends
 
     def _max_rows(self, limit: Any) -> int | None:
         if limit is None:

@@ -275,6 +275,9 @@ class AsyncLitePullConsumer(ConsumerMember):
         auto commit, that is what gets committed.
         """
         self._check_running()
+        if self.failure is not None:
+            # on_offsets_reset = "fail": every poll says why this consumer stopped.
+            raise self.failure
         timeout = self.lite_options.poll_timeout_ms if timeout_ms is None else timeout_ms
         if timeout < 0:
             raise ClientError(f"Timeout must not be negative, got {timeout}")
@@ -293,6 +296,8 @@ class AsyncLitePullConsumer(ConsumerMember):
                     state.consume_offset = offset
                 self.unwrap_messages(batch.messages)
                 return batch.messages
+            if self.failure is not None:
+                raise self.failure
             remaining = deadline - loop.time()
             if remaining <= 0 or self.state is not ServiceState.RUNNING:
                 return []
@@ -455,6 +460,12 @@ class AsyncLitePullConsumer(ConsumerMember):
     def apply_topic_flow_control(self) -> None:
         """The lite pull consumer has no topic-wide thresholds."""
 
+    def _stop_pulling(self) -> None:
+        # Every fetcher ends (its queue is dropped) and a waiting poll wakes to raise.
+        for state in self.queues.states.values():
+            state.pq.dropped = True
+        self.buffer.wake()
+
     # -- MemberInner (what the client instance calls) ------------------------------------------
 
     def _reported_consume_from_where(self) -> ConsumeFromWhere:
@@ -462,7 +473,11 @@ class AsyncLitePullConsumer(ConsumerMember):
         return ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
 
     async def do_rebalance(self) -> None:
-        if self.state is ServiceState.RUNNING and self.queues.kind is SubscriptionType.SUBSCRIBE:
+        if (
+            self.state is ServiceState.RUNNING
+            and self.failure is None
+            and self.queues.kind is SubscriptionType.SUBSCRIBE
+        ):
             await self.rebalance.do_rebalance(False)
 
     def _queues_to_persist(self) -> set[MessageQueue] | None:

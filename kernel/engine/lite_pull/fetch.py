@@ -11,10 +11,16 @@ from rmqk.aioutil import wait_event
 from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.lite_pull.buffer import Batch
 from rmqk.engine.lite_pull.queues import QueueState
-from rmqk.engine.pull import PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL, FlowControl, PullAPI
-from rmqk.errors import RmqkError
+from rmqk.engine.pull import (
+    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
+    FlowControl,
+    PullAPI,
+    offsets_went_backwards,
+)
+from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue, PullStatus
+from rmqk.offsets_reset import OffsetsReset
 from rmqk.pluginmanager import call_event_hook, hook_has_impls
 
 if TYPE_CHECKING:
@@ -99,6 +105,9 @@ class Fetcher:
             state.pq.put_messages(msgs)
             consumer.buffer.put(Batch(state, generation, msgs))
         elif result.status is PullStatus.OFFSET_ILLEGAL:
+            reset = offsets_went_backwards(mq, offset, result)
+            if reset is not None:
+                return await self._restart(state, generation, reset)
             self.log.warning(
                 "the pull request offset illegal, %s offset=%d next=%d",
                 mq,
@@ -109,6 +118,33 @@ class Fetcher:
                 # Java re-pulls at once; a broker that keeps refusing must not make that a spin.
                 return opts.pull_time_delay_mills_when_exception
         state.pull_offset = result.next_begin_offset
+        return 0
+
+    async def _restart(self, state: QueueState, generation: int, reset: OffsetsReset) -> int:
+        """The queue's offsets went backwards: stop (fail) or start it afresh (resume).
+
+        Java's lite pull adopts nextBeginOffset, which for this case is the new
+        queue's max offset, past its new messages: resume starts from its min
+        offset instead, and moves the group's offset there too, so neither a
+        commit of the old position nor a restart skips them.
+        """
+        consumer = self.consumer
+        if not consumer.offsets_went_backwards(reset):
+            return 0
+        try:
+            await consumer._forget_queue(state.mq)
+        except Exception as exc:
+            consumer.fail(
+                ClientError(
+                    f"cannot start {state.mq} afresh after its offsets went backwards: "
+                    f"forgetting its recorded offsets failed: {exc}"
+                )
+            )
+            return 0
+        if not consumer.is_current(state, generation):
+            return 0
+        state.pull_offset = state.consume_offset = state.processed = reset.first
+        consumer.offset_store.update_offset(state.mq, reset.first, False)
         return 0
 
 
