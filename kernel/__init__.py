@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 # The engine is imported on first use so that `import rmqk` stays cheap for tools
 # and for Spark workers that only need the model.
 _LAZY = {
+    "ClientOptions": "rmqk.client_options",
     "PushConsumer": "rmqk.engine.sync",
     "Producer": "rmqk.engine.sync",
     "AsyncPushConsumer": "rmqk.engine.consumer",
@@ -57,6 +58,7 @@ __all__ = [
     "AsyncTransactionProducer",
     "BrokerError",
     "ClientError",
+    "ClientOptions",
     "ConfigError",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",

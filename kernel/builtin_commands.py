@@ -22,7 +22,7 @@ from typing import Any
 
 import pluggy
 
-from rmqk.cli import Command, log_handler
+from rmqk.cli import Command, announce, log_handler
 from rmqk.errors import PluginError, RmqkError
 from rmqk.hookspecs import Register, hookimpl
 
@@ -188,9 +188,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         tasks: list[asyncio.Task[None]] = []
 
         def started(consumers: Sequence[Any]) -> None:
-            log.info("running %d consumer(s) from %s", len(consumers), args.config)
             if not on_terminal:
+                # No summary line to show it runs: the log says so, at any level.
+                announce(log, "running %d consumer(s) from %s", len(consumers), args.config)
                 return
+            log.info("running %d consumer(s) from %s", len(consumers), args.config)
             print(
                 f"rmqk: running {len(consumers)} consumer(s) from {args.config}; Ctrl-C stops",
                 file=sys.stderr,
@@ -214,9 +216,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 handler.setStream(sys.stderr)
             # The summary line is gone by now: say once, for good, what each consumer did.
             for tally in tallies:
-                log.info("consumer stopped: %s", tally.line())
                 if on_terminal:
+                    log.info("consumer stopped: %s", tally.line())
                     print(f"rmqk: stopped {tally.line()}", file=sys.stderr)
+                else:
+                    announce(log, "consumer stopped: %s", tally.line())
 
     asyncio.run(main())
     return 0

@@ -151,6 +151,18 @@ def log_handler() -> logging.StreamHandler[Any] | None:
     return _log_handler
 
 
+def announce(logger: logging.Logger, message: str, *args: object) -> None:
+    """Log an INFO record of a long-running command's life (started, stopped) that
+    shows at any ``--log-level``: a service's log must show it is alive, and the
+    default level (WARNING) keeps everything else quiet. Formatted as every record
+    is (text or JSON); without a configured handler, an ordinary INFO record."""
+    handler = _log_handler
+    if handler is None or logger.isEnabledFor(logging.INFO):
+        logger.info(message, *args)
+        return
+    handler.handle(logger.makeRecord(logger.name, logging.INFO, "(rmqk)", 0, message, args, None))
+
+
 def error_line(exc: BaseException) -> str:
     """How rmqk reports an error on stderr: one ``rmqk: error:`` line, or a list of problems."""
     if isinstance(exc, ConfigError) and len(exc.problems) == 1:
@@ -215,4 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m rmqk.cli` runs this file as __main__, a second copy of the module: the
+    # commands read the configured handler (log_handler, announce) from rmqk.cli itself.
+    from rmqk.cli import main as _main
+
+    sys.exit(_main())

@@ -52,6 +52,7 @@ from rmqk.options import (
     unknown_key_message,
     validate_options,
 )
+from rmqk.optionspec import SECRET_TEXT
 from rmqk.subscription_table import parse_subscriptions
 
 __all__ = [
@@ -556,12 +557,24 @@ def describe_config(config: Config, as_json: bool = False) -> str:
                 default = OPTIONS_BY_NAME[key].default_repr if key in OPTIONS_BY_NAME else "(none)"
                 body.append((f"# {key} not set", f"{source}: {default}"))
                 continue
+            if key in OPTIONS_BY_NAME and OPTIONS_BY_NAME[key].secret:
+                # A secret is never printed: the line says it is set, and where from.
+                body.append((f"# {key} = {SECRET_TEXT}", source))
+                continue
             if key == "offset_store" and not from_file:
                 source = f"default for {spec.message_model.name}"
             body.append((f"{key} = {toml_value(value)}", source))
         width = min(max(len(text) for text, _ in body), 72)
         lines.extend(f"{text:<{width}}  # {source}" for text, source in body)
     return "\n".join(lines)
+
+
+def _shown(key: str, value: Any) -> Any:
+    """``value`` as output may show it: a secret option's only as set or not."""
+    spec = OPTIONS_BY_NAME.get(key)
+    if spec is not None and spec.secret and value is not None:
+        return SECRET_TEXT
+    return value
 
 
 def _as_json(config: Config) -> dict[str, Any]:
@@ -582,7 +595,10 @@ def _as_json(config: Config) -> dict[str, Any]:
                     for s in spec.subscriptions
                 ],
                 "options": {
-                    key: {"value": thaw(value), "source": "file" if from_file else "default"}
+                    key: {
+                        "value": _shown(key, thaw(value)),
+                        "source": "file" if from_file else "default",
+                    }
                     for key, value, from_file in _rows(spec)
                     if key not in ("group", "subscription")
                 },

@@ -16,8 +16,6 @@ documents differ (``consume_thread_max`` is 20, not 64;
 
 from __future__ import annotations
 
-import enum
-import os
 import time
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -25,9 +23,9 @@ from typing import Any
 
 import attrs
 
+from rmqk.client_options import AccessChannel, ClientOptions, client_option_problems
 from rmqk.errors import ConfigProblem
 from rmqk.model import ConsumeFromWhere, MessageModel
-from rmqk.namespace import check_namespace
 from rmqk.optionspec import (
     JAVA_INT_MAX,
     JAVA_LONG_MAX,
@@ -52,21 +50,10 @@ __all__ = [
 ]
 
 
-class AccessChannel(enum.Enum):
-    """ClientConfig.accessChannel: a private cluster or a cloud service."""
-
-    LOCAL = "LOCAL"
-    CLOUD = "CLOUD"
-
-
 def default_consume_timestamp(now: float | None = None) -> str:
     """Half an hour before ``now``, in local time, as Java's consumeTimestamp default."""
     moment = time.time() if now is None else now
     return time.strftime("%Y%m%d%H%M%S", time.localtime(moment - 30 * 60))
-
-
-def _cpu_count() -> int:
-    return os.cpu_count() or 1
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -77,139 +64,17 @@ def _empty_table() -> Mapping[str, Any]:
 
 
 @attrs.frozen
-class ConsumerOptions:
+class ConsumerOptions(ClientOptions):
     """One resolved set of consumer options; build it with :func:`validate_options`.
+
+    The client options (:class:`~rmqk.client_options.ClientOptions`) come first, under
+    the same names every client kind takes; ``.client_options`` is just those.
 
     Each field is made by ``_option``, which returns an ``attrs.field`` carrying
     the option's :class:`OptionSpec` (ruff's RUF009 cannot see that).
     """
 
-    # -- client (ClientConfig) ---------------------------------------------------
-    namesrv_addr: tuple[str, ...] = _option(
-        OptionType.ADDRESSES,
-        "Name server addresses (host:port), as one ';'-separated string like Java's "
-        "or as a list. Required in a config file.",
-        (),
-        default_text="(none)",
-        java_name="namesrvAddr",
-    )
-    instance_name: str = _option(
-        OptionType.STR,
-        "Instance name; with the client IP it forms the client id. In clustering mode "
-        '"DEFAULT" becomes "<pid>#<nanotime>" at start, as in Java.',
-        "DEFAULT",
-        java_name="instanceName",
-    )
-    client_ip: str | None = _option(
-        OptionType.STR,
-        "The IP address put in the client id.",
-        None,
-        default_text="the machine's first non-loopback address",
-        java_name="clientIP",
-        nullable=True,
-    )
-    unit_name: str | None = _option(
-        OptionType.STR,
-        'Unit name, appended to the client id as "@unit_name".',
-        None,
-        default_text="(none)",
-        java_name="unitName",
-        nullable=True,
-    )
-    namespace: str | None = _option(
-        OptionType.STR,
-        "Namespace, as Java's NamespaceUtil applies it: with namespace ns1, topic T and group "
-        "G are ns1%T and ns1%G on the wire, the group's retry and dead-letter topics "
-        "%RETRY%ns1%G and %DLQ%ns1%G; system topics and groups stay bare. Listeners and "
-        "results see the names without it. Letters, digits, underscore, hyphen and vertical "
-        "bar only. Unset, a name server endpoint such as MQ_INST_1_abc.example.com:80 "
-        "supplies it (MQ_INST_1_abc), as in Java.",
-        None,
-        default_text="(none)",
-        java_name="namespace",
-        nullable=True,
-    )
-    access_channel: AccessChannel = _option(  # noqa: RUF009
-        OptionType.ENUM,
-        "LOCAL for a private cluster, CLOUD for a cloud service. As in Java 4.9.8 it "
-        "changes only message tracing (enable_msg_trace): CLOUD writes trace records to "
-        "the region's trace topic (RMQ_SYS_TRACE_TOPIC_<region>) in the shorter cloud "
-        "format; requests, topics and ACL signing are the same on both channels.",
-        AccessChannel.LOCAL,
-        java_name="accessChannel",
-        enum_type=AccessChannel,
-    )
-    vip_channel_enabled: bool = _option(
-        OptionType.BOOL,
-        "Send requests to a broker's VIP channel, its listen port minus 2 (Java's "
-        "MixAll.brokerVIPChannel), as Java 4.9.8 does: offset queries and commits, "
-        "send-backs, queue locks, the group's member list, queue offset and time queries, "
-        "and sends. Pulls, heartbeats and the client check stay on the main port.",
-        False,
-        java_name="vipChannelEnabled",
-    )
-    use_tls: bool = _option(
-        OptionType.BOOL,
-        "Use TLS on connections to name servers and brokers.",
-        False,
-        java_name="useTLS",
-    )
-    unit_mode: bool = _option(
-        OptionType.BOOL,
-        "Unit mode, sent in heartbeats and pull requests.",
-        False,
-        java_name="unitMode",
-    )
-    enable_msg_trace: bool = _option(
-        OptionType.BOOL,
-        "Write a trace record of every consumed batch (SubBefore and SubAfter, Java's "
-        "TraceDataEncoder format) to the trace topic, with a producer of its own; done by "
-        "the trace plugin. Records that cannot be sent are dropped and counted, never "
-        "waited for.",
-        False,
-        java_name="enableMsgTrace",
-    )
-    customized_trace_topic: str | None = _option(
-        OptionType.STR,
-        "The topic trace records go to when enable_msg_trace is on.",
-        None,
-        default_text="RMQ_SYS_TRACE_TOPIC",
-        java_name="customizedTraceTopic",
-        nullable=True,
-    )
-    client_callback_executor_threads: int = _option(
-        OptionType.INT,
-        "Threads that run response callbacks.",
-        factory=_cpu_count,
-        default_text="the number of CPUs",
-        java_name="clientCallbackExecutorThreads",
-        minimum=1,
-        maximum=JAVA_INT_MAX,
-        unit="threads",
-        compat_only=(
-            "Java sizes NettyRemotingClient's public executor with it, the threads that run "
-            "the callbacks of asynchronous requests (async pulls and sends); rmqk completes "
-            "responses on its event loop, with no callback thread pool."
-        ),
-    )
-    poll_name_server_interval: int = _option(
-        OptionType.INT,
-        "How often topic routes are refreshed from the name server.",
-        30_000,
-        java_name="pollNameServerInterval",
-        minimum=1,
-        maximum=JAVA_INT_MAX,
-        unit="ms",
-    )
-    heartbeat_broker_interval: int = _option(
-        OptionType.INT,
-        "How often heartbeats are sent to every broker.",
-        30_000,
-        java_name="heartbeatBrokerInterval",
-        minimum=1,
-        maximum=JAVA_INT_MAX,
-        unit="ms",
-    )
+    # -- client (ClientConfig): ClientOptions' fields, then the consumer's own -----------
     persist_consumer_offset_interval: int = _option(
         OptionType.INT,
         "How often consumed offsets are persisted.",
@@ -226,15 +91,6 @@ class ConsumerOptions:
         java_name="pullTimeDelayMillsWhenException",
         minimum=0,
         maximum=JAVA_LONG_MAX,
-        unit="ms",
-    )
-    mq_client_api_timeout: int = _option(
-        OptionType.INT,
-        "Timeout of synchronous requests to name servers and brokers.",
-        3_000,
-        java_name="mqClientApiTimeout",
-        minimum=1,
-        maximum=JAVA_INT_MAX,
         unit="ms",
     )
     # -- consumer (DefaultMQPushConsumer) ----------------------------------------
@@ -535,10 +391,11 @@ def validate_options(
     what is allowed. The options are only meaningful when there are no problems.
     """
     values, problems = convert_values(OPTIONS_BY_NAME, mapping, where, unknown=unknown_key_message)
-    namespace_problem = check_namespace(values.get("namespace"))
-    if namespace_problem:
-        problems.append(where.problem("namespace", namespace_problem))
-        del values["namespace"]
+    client_problems = client_option_problems(values, mapping, where)
+    problems.extend(client_problems)
+    for problem in client_problems:
+        # The options returned hold no value that was refused.
+        values.pop(problem.key or "", None)
     options = ConsumerOptions(**values)
     if (
         "consume_thread_min" in values or "consume_thread_max" in values

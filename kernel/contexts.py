@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from rmqk.client_options import ClientOptions
 from rmqk.message import MessageExt
 from rmqk.model import MessageModel, MessageQueue, SendResult, ServiceState, SubscriptionData
 
@@ -128,7 +129,8 @@ class ClientContext:
     :class:`rmqk.engine.producer_options.ProducerOptions` for a producer), where a
     plugin reads the settings it acts on (``enable_msg_trace``). ``client`` is the
     consumer or producer itself, to tell clients apart, not to drive them. The
-    transport fields let a plugin open connections the way the client does.
+    transport fields and ``client_options`` let a plugin open connections the way
+    the client does.
     """
 
     role: ClientRole
@@ -140,3 +142,7 @@ class ClientContext:
     transport: str = "tcp"
     transport_options: Mapping[str, Any] = attrs.field(factory=dict)
     use_tls: bool = False
+    # The client's ClientOptions (TLS files, its own account, channels), so a plugin
+    # that opens connections for this client (the trace plugin's producer) opens them
+    # as this client does. Secrets in it never show in its repr.
+    client_options: ClientOptions | None = None

@@ -25,6 +25,7 @@ The reference pages are generated from :func:`option_specs` of such a class.
 
 from __future__ import annotations
 
+from rmqk.client_options import CLIENT_OPTIONS, ClientOptions
 from rmqk.consumer_options import (
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -73,6 +74,7 @@ from rmqk.plugin_choices import (
 )
 
 __all__ = [
+    "CLIENT_OPTIONS",
     "DEFAULT_CONSUMER_GROUP",
     "JAVA_INT_MAX",
     "JAVA_LONG_MAX",
@@ -81,6 +83,7 @@ __all__ = [
     "PLUGIN_OPTIONS",
     "TIMESTAMP_FORMAT",
     "AccessChannel",
+    "ClientOptions",
     "ConsumerOptions",
     "OptionInvalid",
     "OptionSpec",

@@ -28,6 +28,7 @@ from rmqk.optiontext import describe_value, render_key, render_value, suggest
 __all__ = [
     "JAVA_INT_MAX",
     "JAVA_LONG_MAX",
+    "SECRET_TEXT",
     "TIMESTAMP_FORMAT",
     "OptionInvalid",
     "OptionSpec",
@@ -36,6 +37,7 @@ __all__ = [
     "check_timestamp",
     "convert_values",
     "freeze",
+    "hidden_repr",
     "load_object",
     "load_options",
     "option",
@@ -115,6 +117,9 @@ class OptionSpec:
     # effect (the reference shows it, and the option audit test requires either
     # this or a test showing the option's effect).
     compat_only: str | None = None
+    # A secret (an ACL secret key, a security token): its value is never shown, not in
+    # a repr, an error message, `rmqk check` output, a log or a status report.
+    secret: bool = False
     # The attribute of the options class; the name is the key in the table.
     attr: str = ""
 
@@ -147,6 +152,8 @@ class OptionSpec:
 
     def convert(self, value: object) -> Any:
         """The resolved value for ``value``, or :class:`OptionInvalid` saying what is allowed."""
+        if self.secret:
+            return _convert_secret(self, value)
         converted = _CONVERTERS[self.value_type](self, value)
         if self.check is not None and converted is not None:
             converted = self.check(converted)
@@ -165,6 +172,24 @@ def _convert_int(spec: OptionSpec, value: object) -> int:
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise OptionInvalid(f"{spec.name} Out of range {spec.range_text}, got {value}")
     return value
+
+
+def _convert_secret(spec: OptionSpec, value: object) -> str | None:
+    # The value is not described in the error: a mistyped secret is still a secret.
+    if value is None and spec.nullable:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        kind = type(value).__name__
+        raise OptionInvalid(f"must be a non-empty string (the value given, a {kind}, is not shown)")
+    return value
+
+
+SECRET_TEXT = "(set, not shown)"
+
+
+def hidden_repr(value: object) -> str:
+    """How a secret option's value appears in a repr."""
+    return "None" if value is None else "'***'"
 
 
 def _convert_float(spec: OptionSpec, value: object) -> float:
@@ -290,7 +315,9 @@ def _convert_str_list(spec: OptionSpec, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _convert_path(spec: OptionSpec, value: object) -> str:
+def _convert_path(spec: OptionSpec, value: object) -> str | None:
+    if value is None and spec.nullable:
+        return None
     if not isinstance(value, str | os.PathLike) or not os.fspath(value):
         raise OptionInvalid(f"must be a non-empty path, got {value!r}")
     return str(os.fspath(value))
@@ -397,9 +424,10 @@ def option(
     name = spec.pop("name", "")
     meta = {_SPEC: OptionSpec(name=name, value_type=value_type, doc=doc, default=default, **spec)}
     hashable = value_type not in (OptionType.TABLE, OptionType.ANY)
+    shown: Callable[[Any], str] | bool = hidden_repr if spec.get("secret") else True
     if factory is not None:
-        return attrs.field(factory=factory, metadata=meta, hash=hashable)
-    return attrs.field(default=default, metadata=meta, hash=hashable)
+        return attrs.field(factory=factory, metadata=meta, hash=hashable, repr=shown)
+    return attrs.field(default=default, metadata=meta, hash=hashable, repr=shown)
 
 
 _SPECS_CACHE: dict[type, Mapping[str, OptionSpec]] = {}

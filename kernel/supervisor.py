@@ -439,10 +439,22 @@ def run_supervised(
         )
         for identity in worker_identities(counts)
     ]
-    log.info("running %d worker process(es) from %s", len(jobs), config.path)
     summary = None
     stream: IO[str] = handler.stream if handler is not None else sys.stderr
-    if on_terminal:
+    if not on_terminal:
+        from rmqk.cli import announce
+
+        # No summary line to show it runs: the log says so, at any level (the tally
+        # printed at the end is the stop line).
+        announce(
+            log,
+            "running %d consumer(s) from %s as %d worker processes",
+            len(counts),
+            config.path,
+            len(jobs),
+        )
+    else:
+        log.info("running %d worker process(es) from %s", len(jobs), config.path)
         print(
             f"rmqk: running {len(counts)} consumer(s) from {config.path} as {len(jobs)} worker "
             "processes; Ctrl-C stops",

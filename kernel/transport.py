@@ -42,6 +42,7 @@ __all__ = [
     "ConsumeStatus",
     "ConsumerData",
     "ConsumerRunningInfo",
+    "Credentials",
     "HeartbeatData",
     "InboundHandler",
     "ProcessQueueInfo",
@@ -66,6 +67,22 @@ class TlsConfig:
     server_hostname: str | None = None
 
 
+@attrs.frozen(repr=False)
+class Credentials:
+    """An ACL access key and its secret (Java's SessionCredentials).
+
+    The secret key and the security token never show in a repr or a log.
+    """
+
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+    def __repr__(self) -> str:
+        token = ", security_token=***" if self.security_token else ""
+        return f"Credentials(access_key={self.access_key!r}, secret_key=***{token})"
+
+
 @attrs.frozen
 class TransportConfig:
     """What a transport factory is given (NettyClientConfig plus name servers)."""
@@ -80,6 +97,11 @@ class TransportConfig:
     serialize_type: str = "JSON"  # or "ROCKETMQ"
     tls: TlsConfig = attrs.field(factory=TlsConfig)
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    # The client's own ACL credentials (its access_key / secret_key options): a transport
+    # signs every request it sends with them as Apache's AclClientRPCHook does, after the
+    # rmqk_before_request hooks ran. None: the process defaults apply (the acl plugin's
+    # [acl] table or environment variables, through rmqk_before_request).
+    credentials: Credentials | None = None
 
 
 # Java's producer refuses an uncompressed body over its maxMessageSize (4 MiB by

@@ -98,6 +98,7 @@ def test_every_generated_block_is_committed_and_known(reference: ModuleType) -> 
         "config-reference.md": [
             "config-reference",
             "lite-pull-options",
+            "client-options",
             "producer-options",
             "plugin-options",
         ],

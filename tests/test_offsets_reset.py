@@ -139,9 +139,19 @@ def _written(sink: str, tmp_path: Path) -> list[bytes]:
     import pyarrow.parquet as pq
 
     out = tmp_path / "out"
-    if not any(out.rglob("*.parquet")):
-        return []
-    return [bytes(b) for b in pq.read_table(out, columns=["body"]).column("body").to_pylist()]
+    # Only the files a reader of the dataset sees: the writer stages files under names
+    # starting with "." or "_", which pyarrow's discovery skips (polling the folder while
+    # only such a file existed read as an empty schema).
+    files = [
+        p
+        for p in out.rglob("*.parquet")
+        if not any(part.startswith((".", "_")) for part in p.relative_to(out).parts)
+    ]
+    return [
+        bytes(b)
+        for f in sorted(files)
+        for b in pq.read_table(f, columns=["body"]).column("body").to_pylist()
+    ]
 
 
 def _config(

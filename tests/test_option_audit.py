@@ -24,6 +24,7 @@ E = "tests/test_option_effects.py::"
 PUSH = "tests/test_push_consumer.py::"
 LITE = "tests/test_lite_pull.py::"
 FAULTS = "tests/test_producer_faults.py::"
+CO = "tests/test_client_options.py::"
 
 # Option -> the tests that show its effect, per table.
 CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
@@ -49,7 +50,25 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
     "vip_channel_enabled": (
         E + "test_vip_channel_enabled_sends_offsets_and_send_backs_to_the_port_minus_two",
     ),
-    "use_tls": ("tests/test_acl_tls.py::test_tls_and_acl_end_to_end",),
+    "use_tls": (
+        "tests/test_acl_tls.py::test_tls_and_acl_end_to_end",
+        CO + "test_a_producer_with_use_tls_and_a_ca_file_publishes_to_a_tls_only_broker",
+    ),
+    "tls_ca_file": (
+        CO + "test_a_producer_with_use_tls_and_a_ca_file_publishes_to_a_tls_only_broker",
+    ),
+    "tls_cert_file": (
+        CO + "test_a_producer_with_use_tls_and_a_ca_file_publishes_to_a_tls_only_broker",
+    ),
+    "tls_key_file": (
+        CO + "test_a_producer_with_use_tls_and_a_ca_file_publishes_to_a_tls_only_broker",
+    ),
+    "tls_verify": (
+        CO + "test_a_producer_with_use_tls_and_a_ca_file_publishes_to_a_tls_only_broker",
+    ),
+    "access_key": (CO + "test_two_consumers_and_a_producer_each_with_its_own_account",),
+    "secret_key": (CO + "test_two_consumers_and_a_producer_each_with_its_own_account",),
+    "security_token": (CO + "test_two_consumers_and_a_producer_each_with_its_own_account",),
     "unit_mode": (E + "test_unit_mode_is_sent_in_heartbeats",),
     "poll_name_server_interval": (
         E + "test_poll_name_server_interval_sets_how_often_routes_are_fetched",

@@ -86,6 +86,8 @@ def _option_section(spec: Any) -> str:
         rows.append(("form", '`"host:port;host:port"` or `["host:port", ...]`'))
     if spec.compat_only:
         rows.append(("effect", f"none: {COMPAT_ONLY} {_cell(spec.compat_only)}"))
+    if getattr(spec, "secret", False):
+        rows.append(("shown", "never: output says only that it is set"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     # The heading stays the bare name: other pages link to it by that anchor.
     mark = "**Java compatibility only: no effect.** " if spec.compat_only else ""
@@ -369,6 +371,15 @@ def lite_pull_options() -> str:
     return options_table(LitePullOptions)
 
 
+def client_options() -> str:
+    """The client options every client kind takes (ClientOptions), linked to their sections."""
+    from rmqk.client_options import CLIENT_OPTIONS
+
+    return (
+        ", ".join(f"[`{s.name}`](config-reference.md#{s.name})" for s in CLIENT_OPTIONS) + "\n"
+    )
+
+
 def producer_options() -> str:
     """The producer's options, from their declarations."""
     from rmqk.engine.producer_options import ProducerOptions
@@ -377,6 +388,7 @@ def producer_options() -> str:
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
+    "client-options": client_options,
     "lite-pull-options": lite_pull_options,
     "producer-options": producer_options,
     "java-options": java_options,

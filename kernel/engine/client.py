@@ -38,6 +38,7 @@ from rmqk.transport import (
     ConsumeMessageDirectlyResult,
     ConsumerData,
     ConsumerRunningInfo,
+    Credentials,
     HeartbeatData,
     ProducerData,
     TlsConfig,
@@ -86,7 +87,13 @@ def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
 
 @attrs.frozen
 class ClientConfig:
-    """The per-instance settings (Java's ClientConfig); the first member's win."""
+    """The per-instance settings (Java's ClientConfig).
+
+    An instance is shared only by clients whose settings are all equal: clients
+    with other name servers, TLS settings, credentials or intervals get an
+    instance (and connections) of their own, even under one client id, so no
+    client's settings silently give way to another's.
+    """
 
     namesrv_addrs: tuple[str, ...] = attrs.field(converter=_str_tuple)
     transport: str = "tcp"
@@ -99,6 +106,8 @@ class ClientConfig:
     use_tls: bool = False
     tls: TlsConfig = attrs.field(factory=TlsConfig)
     vip_channel_enabled: bool = False
+    # The client's own ACL credentials; None: the process defaults (the acl plugin).
+    credentials: Credentials | None = None
 
 
 # A dict class, built once a pull: see PullMessageRequest (rmqk.transport).
@@ -148,7 +157,8 @@ class ProducerInner(Protocol):
 
 
 class ClientInstance:
-    _instances: dict[tuple[int, str], ClientInstance] = {}
+    # By event loop and client id: the instances of that id, each with other settings.
+    _instances: dict[tuple[int, str], list[ClientInstance]] = {}
 
     def __init__(self, client_id: str, config: ClientConfig) -> None:
         self.client_id = client_id
@@ -170,6 +180,7 @@ class ClientInstance:
                 if config.vip_channel_enabled
                 else config.transport_options
             ),
+            credentials=config.credentials,
         )
         self.transport: Transport = registries().transports.create(
             config.transport, tconf, get_plugin_manager().hook
@@ -194,12 +205,32 @@ class ClientInstance:
 
     @classmethod
     def get_or_create(cls, client_id: str, config: ClientConfig) -> ClientInstance:
+        """The running instance of ``client_id`` with exactly ``config``, else a new one.
+
+        Java shares one MQClientInstance per client id whatever the second client's
+        settings; here a client with other settings (another cluster, account or TLS
+        setup) gets its own instance, so each client talks as it was configured.
+        """
         key = (id(asyncio.get_running_loop()), client_id)
-        inst = cls._instances.get(key)
-        if inst is None or inst.state is ServiceState.SHUTDOWN_ALREADY:
-            inst = cls(client_id, config)
-            cls._instances[key] = inst
+        live = [
+            i
+            for i in cls._instances.get(key, [])
+            if i.state is not ServiceState.SHUTDOWN_ALREADY
+        ]
+        for inst in live:
+            if inst.config == config:
+                return inst
+        inst = cls(client_id, config)
+        cls._instances[key] = [*live, inst]
         return inst
+
+    def _siblings(self) -> list[ClientInstance]:
+        """The other live instances of this client id on this loop (other settings)."""
+        return [
+            i
+            for i in self._instances.get((self._loop_id, self.client_id), [])
+            if i is not self and i.state is not ServiceState.SHUTDOWN_ALREADY
+        ]
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -248,7 +279,12 @@ class ClientInstance:
             with contextlib.suppress(Exception):
                 await self.inner_producer.shutdown()
         await self.transport.close()
-        self._instances.pop((self._loop_id, self.client_id), None)
+        key = (self._loop_id, self.client_id)
+        rest = [i for i in self._instances.get(key, []) if i is not self]
+        if rest:
+            self._instances[key] = rest
+        else:
+            self._instances.pop(key, None)
 
     def _every(
         self,
@@ -277,7 +313,9 @@ class ClientInstance:
     # -- members ------------------------------------------------------------------
 
     def register_consumer(self, group: str, consumer: MemberInner) -> bool:
-        if group in self.consumers:
+        # A group is one member per client id: brokers know members by client id, so a
+        # second instance of this id (other settings) must not run the group as well.
+        if group in self.consumers or any(group in i.consumers for i in self._siblings()):
             return False
         self.consumers[group] = consumer
         return True
@@ -287,7 +325,7 @@ class ClientInstance:
         await self._unregister_client(None, group)
 
     def register_producer(self, group: str, producer: ProducerInner) -> bool:
-        if group in self.producers:
+        if group in self.producers or any(group in i.producers for i in self._siblings()):
             return False
         self.producers[group] = producer
         return True

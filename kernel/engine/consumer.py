@@ -91,6 +91,7 @@ class AsyncPushConsumer(ConsumerMember):
         self.listener: Callable[..., Any] | None = None
         self.listener_name: str | None = None
         self.rebalance_listener: Callable[..., Any] | None = None
+        self._consume_hooks: list[Any] = []
         self.paused = False
         self.consume_service: ConsumeService
         self.invoker: ListenerInvoker
@@ -157,6 +158,27 @@ class AsyncPushConsumer(ConsumerMember):
         self.listener_name = name
         return listener
 
+    def register_consume_message_hook(self, hook: Any) -> Any:
+        """Add a consume hook of this consumer only (Java's registerConsumeMessageHook).
+
+        ``hook`` has ``consume_message_before(context)`` and/or
+        ``consume_message_after(context)`` (plain or ``async def``), called around
+        each of this consumer's listener calls with the
+        :class:`~rmqk.contexts.ConsumeMessageContext` the process's
+        ``rmqk_consume_message_*`` plugin hooks receive, after them. Other clients of
+        the process never reach it. One that raises is logged; consuming goes on.
+        """
+        if not any(
+            callable(getattr(hook, m, None))
+            for m in ("consume_message_before", "consume_message_after")
+        ):
+            raise ClientError(
+                f"consume hook {hook!r} has neither consume_message_before(context) nor "
+                "consume_message_after(context)"
+            )
+        self._consume_hooks.append(hook)
+        return hook
+
     def register_rebalance_listener(self, listener: Callable[..., Any]) -> Callable[..., Any]:
         """``listener(topic, all_queues, assigned)`` after each rebalance change (may be async).
 
@@ -193,7 +215,11 @@ class AsyncPushConsumer(ConsumerMember):
         )
         # Java's pool never grows past its core size (an unbounded queue).
         self.invoker = ListenerInvoker(
-            self.listener, self.group, opts.consume_thread_min, name=self.listener_name
+            self.listener,
+            self.group,
+            opts.consume_thread_min,
+            name=self.listener_name,
+            interceptors=self._consume_hooks,
         )
         self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)
@@ -212,6 +238,7 @@ class AsyncPushConsumer(ConsumerMember):
             lite=False,
             on_subscription_missing=self.heartbeat_now,
             max_body_size=opts.max_decompressed_body_size,
+            filter_hooks=self._filter_hooks,
             stats=self.stats,
         )
         await self.consume_service.start()

@@ -166,9 +166,13 @@ class ListenerInvoker:
         max_workers: int,
         thread_name_prefix: str = "ConsumeMessageThread",
         name: str | None = None,
+        interceptors: list[Any] | None = None,
     ) -> None:
         self.listener = listener
         self.group = group
+        # This consumer's own consume hooks (register_consume_message_hook): the list
+        # the consumer holds, so one registered while it runs applies from then on.
+        self.interceptors: list[Any] = interceptors if interceptors is not None else []
         # A callable object with an ``async def __call__`` is async too.
         call = type(listener).__call__ if not inspect.isfunction(listener) else None
         self.is_async = inspect.iscoroutinefunction(listener) or (
@@ -195,6 +199,8 @@ class ListenerInvoker:
         return self._hooks_enabled()
 
     def _hooks_enabled(self) -> bool:
+        if self.interceptors:
+            return True
         # Building hook contexts costs per call; look at the plugin manager once a second.
         now = time.monotonic()
         if now - self._hooks_checked_at > 1.0:
@@ -227,6 +233,7 @@ class ListenerInvoker:
         if hooks and self._hooks_enabled():
             hook_ctx = ConsumeMessageContext(self.group, queue, list(msgs))
             await call_event_hook("rmqk_consume_message_before", context=hook_ctx)
+            await self._intercept("consume_message_before", hook_ctx)
         if context is None and self.wants_context:
             # A consume service that passes no context would hand the listener None
             # where it reads context.queue (rmqk run's sink listener does): every
@@ -335,6 +342,26 @@ class ListenerInvoker:
     async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
         if hook_ctx is not None:
             await call_event_hook("rmqk_consume_message_after", context=hook_ctx)
+            await self._intercept("consume_message_after", hook_ctx)
+
+    async def _intercept(self, method: str, hook_ctx: ConsumeMessageContext) -> None:
+        """This consumer's own hooks, in registration order, after the plugins' (as
+        Java runs a client's ConsumeMessageHook list); one that raises is logged and
+        the others still run, as the plugins' consume hooks are."""
+        for interceptor in list(self.interceptors):
+            call = getattr(interceptor, method, None)
+            if call is None:
+                continue
+            try:
+                result = call(hook_ctx)
+                if inspect.isawaitable(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "consume hook %r of group %s failed in %s", interceptor, self.group, method
+                )
 
     def shutdown(self, wait: bool = False) -> None:
         self.failures.flush()

@@ -121,6 +121,23 @@ class ConsumerMember:
         self._reset_listeners: list[Callable[[MessageQueue], Awaitable[None]]] = []
         # Queues started afresh because their offsets went backwards, per topic.
         self.offsets_resets: dict[str, int] = {}
+        # This consumer's own filter hooks; the pull path keeps this very list.
+        self._filter_hooks: list[Any] = []
+
+    def register_filter_message_hook(self, hook: Any) -> Any:
+        """Add a filter hook of this consumer only (Java's registerFilterMessageHook).
+
+        ``hook.filter_message(context)`` (plain or ``async def``) runs on each FOUND
+        pull of this consumer after the exact-tag re-filter and the process's
+        ``rmqk_filter_message`` plugin hooks, with the same
+        :class:`~rmqk.contexts.FilterMessageContext`; it removes messages from
+        ``context.messages``. Other clients of the process never reach it. One that
+        raises is logged; pulling goes on.
+        """
+        if not callable(getattr(hook, "filter_message", None)):
+            raise ClientError(f"filter hook {hook!r} has no filter_message(context)")
+        self._filter_hooks.append(hook)
+        return hook
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -250,6 +267,7 @@ class ConsumerMember:
             transport=opts.transport,
             transport_options=dict(opts.transport_options),
             use_tls=opts.use_tls,
+            client_options=opts.client_options,
         )
         await call_event_hook(hook, context=context)
 

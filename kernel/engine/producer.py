@@ -23,12 +23,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rmqk import namespace as nsutil
-from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
+from rmqk.client_options import ClientOptions, resolve_client_options
+from rmqk.engine.client import ClientInstance
 from rmqk.engine.fault_strategy import (
     DEFAULT_LATENCY_MAX,
     DEFAULT_NOT_AVAILABLE_DURATION,
@@ -45,6 +45,7 @@ from rmqk.engine.send_request import (
     now_ms,
     send_failed,
 )
+from rmqk.engine.startup import client_config, client_id_for
 from rmqk.errors import (
     BrokerError,
     ClientError,
@@ -61,6 +62,7 @@ from rmqk.model import (
     TopicRouteData,
     java_string_hash,
 )
+from rmqk.optionspec import Where
 from rmqk.transport import SendMessageRequest
 from rmqk.uniq_id import create_uniq_id
 
@@ -112,12 +114,21 @@ def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
 
 
 class AsyncProducer:
+    """A producer running in the caller's event loop (Java's DefaultMQProducer).
+
+    Takes the producer's own options (:class:`ProducerOptions`), ``transport`` and
+    ``transport_options``, and every client option of
+    :class:`rmqk.client_options.ClientOptions` by the same keyword names the
+    consumers take (``namesrv_addr``, ``use_tls``, ``tls_ca_file``, ``access_key``,
+    ``mq_client_api_timeout``, ...), or one ``client_options=ClientOptions(...)``.
+    Bad values raise :class:`rmqk.errors.ConfigError` naming each option.
+    """
+
     def __init__(
         self,
         group: str,
         *,
-        namesrv_addr: str | Sequence[str] = "",
-        instance_name: str = "DEFAULT",
+        client_options: ClientOptions | None = None,
         send_msg_timeout: int = 3000,
         retry_times_when_send_failed: int = 2,
         retry_times_when_send_async_failed: int = 2,
@@ -131,21 +142,26 @@ class AsyncProducer:
         default_topic_queue_nums: int = 4,
         transport: str = "tcp",
         transport_options: dict[str, Any] | None = None,
-        unit_name: str | None = None,
-        namespace: str | None = None,
-        enable_msg_trace: bool = False,
-        customized_trace_topic: str | None = None,
-        vip_channel_enabled: bool = False,
+        **client: Any,
     ) -> None:
-        if isinstance(namesrv_addr, str):
-            addrs = tuple(a for a in namesrv_addr.split(";") if a)
-        else:
-            addrs = tuple(namesrv_addr)
-        self.namesrv_addrs = addrs or tuple(
+        # namesrv_addr="" meant "from NAMESRV_ADDR", namespace="" "no namespace at all"
+        # (the consumers' inner producer): both kept, outside the option check.
+        if client.get("namesrv_addr") in ("", (), []):
+            del client["namesrv_addr"]
+        no_namespace = client.get("namespace") == ""
+        if no_namespace:
+            del client["namespace"]
+        self.client_options = resolve_client_options(
+            client_options, client, Where("<producer options>", f"producer {group!r}")
+        )
+        copts = self.client_options
+        self.namesrv_addrs = copts.namesrv_addr or tuple(
             a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
         )
         who = f"producer {group!r}"
-        self.namespace = nsutil.resolve_namespace(namespace, self.namesrv_addrs, who)
+        self.namespace = nsutil.resolve_namespace(
+            "" if no_namespace else copts.namespace, self.namesrv_addrs, who
+        )
         group = nsutil.wrap(self.namespace, group)  # as Java's start(): wrapped, then checked
         if not group or not _GROUP_RE.match(group) or len(group) > 255:
             raise ClientError(
@@ -169,11 +185,11 @@ class AsyncProducer:
             compress_msg_body_over_howmuch=compress_msg_body_over_howmuch,
             max_message_size=max_message_size,
             default_topic_queue_nums=default_topic_queue_nums,
-            enable_msg_trace=enable_msg_trace,
-            customized_trace_topic=customized_trace_topic,
-            vip_channel_enabled=vip_channel_enabled,
+            enable_msg_trace=copts.enable_msg_trace,
+            customized_trace_topic=copts.customized_trace_topic,
+            vip_channel_enabled=copts.vip_channel_enabled,
         )
-        self.instance_name = instance_name
+        self.instance_name = copts.instance_name
         self.send_msg_timeout = self.options.send_msg_timeout
         self.max_message_size = self.options.max_message_size
         self.default_topic_queue_nums = self.options.default_topic_queue_nums
@@ -184,11 +200,32 @@ class AsyncProducer:
         )
         self.transport_name = transport
         self.transport_options = dict(transport_options or {})
-        self.unit_name = unit_name
+        self.unit_name = copts.unit_name
         self.state = ServiceState.CREATE_JUST
         self.client: ClientInstance
         self._publish: dict[str, TopicPublishInfo] = {}
         self._owns_client = True
+        # This producer's own send hooks (register_send_message_hook).
+        self.send_hooks: list[Any] = []
+
+    def register_send_message_hook(self, hook: Any) -> Any:
+        """Add a send hook of this producer only (Java's registerSendMessageHook).
+
+        ``hook`` has ``send_message_before(context)`` and/or
+        ``send_message_after(context)`` (plain or ``async def``), called around each
+        send attempt of this producer with the :class:`~rmqk.contexts.SendMessageContext`
+        the ``rmqk_send_message_*`` plugin hooks receive, after them. Other clients of
+        the process never reach it. One that raises is logged; the send goes on.
+        """
+        if not any(
+            callable(getattr(hook, m, None)) for m in ("send_message_before", "send_message_after")
+        ):
+            raise ClientError(
+                f"send hook {hook!r} has neither send_message_before(context) nor "
+                "send_message_after(context)"
+            )
+        self.send_hooks.append(hook)
+        return hook
 
     async def start(self, client: ClientInstance | None = None) -> None:
         if self.state is not ServiceState.CREATE_JUST:
@@ -203,16 +240,14 @@ class AsyncProducer:
             self.client = client
             self._owns_client = False
         else:
-            name = self.instance_name
-            if name == "DEFAULT":
-                name = f"{os.getpid()}#{time.monotonic_ns()}"
+            # Java's producer changes a DEFAULT instance name to the pid as well.
             self.client = ClientInstance.get_or_create(
-                build_client_id(name, self.unit_name),
-                ClientConfig(
-                    namesrv_addrs=self.namesrv_addrs,
-                    transport=self.transport_name,
-                    transport_options=self.transport_options,
-                    vip_channel_enabled=self.options.vip_channel_enabled,
+                client_id_for(self.client_options, pid_instance_name=True),
+                client_config(
+                    self.client_options,
+                    self.namesrv_addrs,
+                    self.transport_name,
+                    self.transport_options,
                 ),
             )
         if not self.client.register_producer(self.group, self):
@@ -576,7 +611,13 @@ class AsyncProducer:
 
     async def _prepare(self, mq: MessageQueue, payload: Payload) -> tuple[str, SendMessageRequest]:
         addr = await self._broker_addr(mq)
-        return addr, build_header(self.group, mq, payload, self.default_topic_queue_nums)
+        return addr, build_header(
+            self.group,
+            mq,
+            payload,
+            self.default_topic_queue_nums,
+            self.client_options.unit_mode,
+        )
 
     async def _send_kernel(
         self, mq: MessageQueue, payload: Payload, mode: CommunicationMode, timeout: float

@@ -7,6 +7,9 @@ plugin manager per attempt and nothing else.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import logging
 from typing import TYPE_CHECKING
 
 from rmqk.contexts import ClientContext, ClientRole, SendMessageContext
@@ -20,6 +23,8 @@ if TYPE_CHECKING:
     from rmqk.engine.producer import AsyncProducer
 
 __all__ = ["announce", "hooked_send", "message_type"]
+
+log = logging.getLogger("rmqk.engine.producer")
 
 BEFORE = "rmqk_send_message_before"
 AFTER = "rmqk_send_message_after"
@@ -46,7 +51,8 @@ async def hooked_send(
     """``transport.send_message`` with the send hooks around it when a plugin has them."""
     transport = producer.client.transport
     oneway = mode is CommunicationMode.ONEWAY
-    if not (hook_has_impls(BEFORE) or hook_has_impls(AFTER)):
+    own = producer.send_hooks
+    if not own and not (hook_has_impls(BEFORE) or hook_has_impls(AFTER)):
         return await transport.send_message(
             addr, broker_name, header, payload.body, timeout_ms, oneway=oneway
         )
@@ -63,6 +69,7 @@ async def hooked_send(
         namespace=producer.namespace,
     )
     await call_event_hook(BEFORE, context=context)
+    await _own_hooks(producer, "send_message_before", context)
     try:
         result = await transport.send_message(
             addr, broker_name, header, payload.body, timeout_ms, oneway=oneway
@@ -70,10 +77,29 @@ async def hooked_send(
     except Exception as exc:
         context.exception = exc
         await call_event_hook(AFTER, context=context)
+        await _own_hooks(producer, "send_message_after", context)
         raise
     context.send_result = result
     await call_event_hook(AFTER, context=context)
+    await _own_hooks(producer, "send_message_after", context)
     return result
+
+
+async def _own_hooks(producer: AsyncProducer, method: str, context: SendMessageContext) -> None:
+    """The producer's own send hooks (register_send_message_hook), after the plugins',
+    in registration order; one that raises is logged and the send goes on."""
+    for hook in list(producer.send_hooks):
+        call = getattr(hook, method, None)
+        if call is None:
+            continue
+        try:
+            result = call(context)
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("send hook %r of producer %s failed in %s", hook, producer.group, method)
 
 
 async def announce(producer: AsyncProducer, hook: str) -> None:
@@ -87,5 +113,7 @@ async def announce(producer: AsyncProducer, hook: str) -> None:
         client=producer,
         transport=producer.transport_name,
         transport_options=dict(producer.transport_options),
+        use_tls=producer.client_options.use_tls,
+        client_options=producer.client_options,
     )
     await call_event_hook(hook, context=context)

@@ -15,8 +15,11 @@ consume service, or a poll buffer) stays with the consumer.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from rmqk.contexts import FilterMessageContext
 from rmqk.engine.client import ClientInstance, FindBrokerResult
@@ -31,6 +34,7 @@ from rmqk.model import (
     MessageQueue,
     PullResult,
     PullStatus,
+    ServiceState,
     SubscriptionData,
 )
 from rmqk.offsets_reset import OffsetsReset
@@ -58,7 +62,10 @@ _COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
 _SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
 _LITE_PULL_MESSAGE = int(PullSysFlag.LITE_PULL_MESSAGE)
 # Java logs a flow-control notice on the 1st, 1001st, ... time the consumer holds a
-# queue back (one counter per consumer, not per queue: queueFlowControlTimes).
+# queue back (one counter per consumer, not per queue: queueFlowControlTimes). Java
+# logs it at WARN; here it is INFO: holding queues back is how a consumer works through
+# a backlog (the thresholds doing their job), not something a person must act on. The
+# counts stay, for the summary line and ``rmqk status``.
 _NOTICE_EVERY = 1000
 
 
@@ -112,7 +119,10 @@ class FlowControl:
         return self.times + self.span_times
 
     def blocks(self, pq: ProcessQueue, mq: MessageQueue, buffered_batches: int = 0) -> bool:
-        """True when ``mq`` must wait :data:`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL`."""
+        """True when ``mq`` must wait :data:`PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL`.
+
+        Each time is counted; one in :data:`_NOTICE_EVERY` is logged, at INFO.
+        """
         if self.all_messages is not None and (
             buffered_batches * self.batch_size > self.all_messages
         ):
@@ -121,7 +131,7 @@ class FlowControl:
             pq.flow_control_times += 1
             self.times += 1
             if self.times % _NOTICE_EVERY == 1:
-                self.log.warning(
+                self.log.info(
                     "the cached message count exceeds the threshold %d, so do flow control, "
                     "%s, count=%d",
                     self.count,
@@ -133,7 +143,7 @@ class FlowControl:
             pq.flow_control_times += 1
             self.times += 1
             if self.times % _NOTICE_EVERY == 1:
-                self.log.warning(
+                self.log.info(
                     "the cached message size exceeds the threshold %d MiB, so do flow control, "
                     "%s, size=%d MiB",
                     self.size_mib,
@@ -145,7 +155,7 @@ class FlowControl:
             pq.span_control_times += 1
             self.span_times += 1
             if self.span_times % _NOTICE_EVERY == 1:
-                self.log.warning(
+                self.log.info(
                     "the queue's messages span too long, so do flow control, %s, span=%d",
                     mq,
                     pq.max_span(),
@@ -168,6 +178,7 @@ class PullAPI:
         "batch_size",
         "client",
         "exception_delay_ms",
+        "filter_hooks",
         "group",
         "lite",
         "log",
@@ -195,8 +206,11 @@ class PullAPI:
         on_subscription_missing: Callable[[], None],
         max_body_size: int = DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
         stats: ConsumerStats | None = None,
+        filter_hooks: list[Any] | None = None,
     ) -> None:
         self.client = client
+        # The consumer's own filter hooks (register_filter_message_hook), its list.
+        self.filter_hooks: list[Any] = filter_hooks if filter_hooks is not None else []
         self.group = group
         self.log = log
         self.batch_size = batch_size
@@ -307,9 +321,17 @@ class PullAPI:
         return self.client.transport.pull_message(found.broker_addr, header, self.timeout_ms)
 
     def delay_after(self, mq: MessageQueue, exc: RmqkError) -> int:
-        """The delay before pulling ``mq`` again after ``exc`` (logged)."""
+        """The delay before pulling ``mq`` again after ``exc`` (logged).
+
+        A WARNING while the client runs; DEBUG once the client is shutting down,
+        when a pull still under way fails because its transport was closed: that
+        is the stop itself, not a fault.
+        """
         if not mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            self.log.warning("execute the pull request exception for %s: %s", mq, exc)
+            if self.client.state is ServiceState.RUNNING:
+                self.log.warning("execute the pull request exception for %s: %s", mq, exc)
+            else:
+                self.log.debug("a pull of %s ended by the client's shutdown: %s", mq, exc)
         if isinstance(exc, BrokerError):
             if exc.code == ResponseCode.FLOW_CONTROL:
                 return PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL
@@ -333,7 +355,9 @@ class PullAPI:
         self, mq: MessageQueue, sub: SubscriptionData, result: PullResult
     ) -> list[MessageExt]:
         """The rest of :meth:`process` after :meth:`process_now` returned None."""
-        msgs = await filter_pulled(self.group, mq, sub, list(result.messages), self.unit_mode)
+        msgs = await filter_pulled(
+            self.group, mq, sub, list(result.messages), self.unit_mode, self.filter_hooks
+        )
         if msgs:
             stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
         return msgs
@@ -348,7 +372,7 @@ class PullAPI:
             self._report_skipped(mq, result)
         if result.status is not PullStatus.FOUND or not result.messages:
             return []
-        if self._filter.get_hookimpls():
+        if self.filter_hooks or self._filter.get_hookimpls():
             return None
         msgs = _by_tag(sub, list(result.messages))
         if msgs:
@@ -372,20 +396,41 @@ class PullAPI:
 
 
 async def filter_pulled(
-    group: str, mq: MessageQueue, sub: SubscriptionData, msgs: list[MessageExt], unit_mode: bool
+    group: str,
+    mq: MessageQueue,
+    sub: SubscriptionData,
+    msgs: list[MessageExt],
+    unit_mode: bool,
+    own_hooks: Sequence[Any] = (),
 ) -> list[MessageExt]:
     """The messages of one FOUND response the subscription really wants.
 
     The broker filters tags by their hash codes only, so two tags with the same
     Java ``hashCode`` both pass it: keep only messages whose tag is one of the
     subscription's (PullAPIWrapper.processPullResult). This step always runs.
-    Then the ``rmqk_filter_message`` hooks, only when some plugin implements one.
+    Then the ``rmqk_filter_message`` hooks, only when some plugin implements one,
+    and the consumer's own filter hooks (``own_hooks``), each ``filter_message(context)``.
     """
     msgs = _by_tag(sub, msgs)
-    if not get_plugin_manager().hook.rmqk_filter_message.get_hookimpls():
+    plugins = bool(get_plugin_manager().hook.rmqk_filter_message.get_hookimpls())
+    if not plugins and not own_hooks:
         return msgs
     ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
-    await call_event_hook("rmqk_filter_message", context=ctx)
+    if plugins:
+        await call_event_hook("rmqk_filter_message", context=ctx)
+    for hook in list(own_hooks):
+        # Logged and swallowed as the plugins' filter hooks are (a broken hook must not
+        # stop the pulls); what it removed before raising stays removed.
+        try:
+            result = hook.filter_message(ctx)
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logging.getLogger("rmqk.engine.pull").exception(
+                "filter hook %r of group %s failed", hook, group
+            )
     return ctx.messages
 
 

@@ -95,7 +95,11 @@ def build_payload(msg: Message, compress_over: int) -> Payload:
 
 
 def build_header(
-    group: str, mq: MessageQueue, payload: Payload, default_topic_queue_nums: int
+    group: str,
+    mq: MessageQueue,
+    payload: Payload,
+    default_topic_queue_nums: int,
+    unit_mode: bool = False,
 ) -> SendMessageRequest:
     return SendMessageRequest(
         producer_group=group,
@@ -109,6 +113,8 @@ def build_header(
         max_reconsume_times=payload.max_reconsume_times,
         batch=payload.batch,
         default_topic_queue_nums=default_topic_queue_nums,
+        # sendKernelImpl: requestHeader.setUnitMode(this.isUnitMode()).
+        unit_mode=unit_mode,
     )
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
+from rmqk.client_options import ClientOptions
 from rmqk.contracts import OffsetStore, OffsetStoreContext
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.rebalance import rebalance_wait_interval_ms
@@ -20,7 +21,14 @@ from rmqk.model import MessageModel, ServiceState
 from rmqk.options import ConsumerOptions
 from rmqk.pluginmanager import registries
 
-__all__ = ["client_for", "load_offset_store", "resolve_namesrv", "start_once"]
+__all__ = [
+    "client_config",
+    "client_for",
+    "client_id_for",
+    "load_offset_store",
+    "resolve_namesrv",
+    "start_once",
+]
 
 
 class _Startable(Protocol):
@@ -51,7 +59,7 @@ async def start_once(
         raise
 
 
-def resolve_namesrv(options: ConsumerOptions) -> tuple[str, ...]:
+def resolve_namesrv(options: ClientOptions) -> tuple[str, ...]:
     """The option ``namesrv_addr``, else ``NAMESRV_ADDR`` (``;``-separated), as Java reads it."""
     if options.namesrv_addr:
         return tuple(options.namesrv_addr)
@@ -61,30 +69,55 @@ def resolve_namesrv(options: ConsumerOptions) -> tuple[str, ...]:
     return tuple(a for a in addr.split(";") if a)
 
 
+def client_id_for(options: ClientOptions, pid_instance_name: bool) -> str:
+    """The client id (ip@instance[@unit]); with ``pid_instance_name`` an instance name
+    left at DEFAULT becomes ``pid#nanos``, as Java's changeInstanceNameToPID does, so
+    two processes on one host differ."""
+    instance_name = options.instance_name
+    if pid_instance_name and instance_name == "DEFAULT":
+        instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
+    return build_client_id(instance_name, options.unit_name, options.client_ip)
+
+
+def client_config(
+    options: ClientOptions,
+    namesrv: tuple[str, ...],
+    transport: str,
+    transport_options: Mapping[str, Any],
+    **more: Any,
+) -> ClientConfig:
+    """The instance settings a client's options make (``more``: the consumer's own)."""
+    return ClientConfig(
+        namesrv_addrs=namesrv,
+        transport=transport,
+        transport_options=transport_options,
+        vip_channel_enabled=options.vip_channel_enabled,
+        poll_name_server_interval_ms=options.poll_name_server_interval,
+        heartbeat_broker_interval_ms=options.heartbeat_broker_interval,
+        request_timeout_ms=options.mq_client_api_timeout,
+        use_tls=options.use_tls,
+        tls=options.tls,
+        credentials=options.credentials,
+        **more,
+    )
+
+
 def client_for(
     options: ConsumerOptions, message_model: MessageModel, namesrv: tuple[str, ...]
 ) -> ClientInstance:
-    """The process-wide client instance this consumer's client id names (created if new).
+    """The client instance this consumer's client id and settings name (created if new).
 
     A clustering consumer left at instance name DEFAULT gets ``pid#nanos`` instead,
     as Java's changeInstanceNameToPID does, so two processes on one host differ.
     """
-    instance_name = options.instance_name
-    if message_model is MessageModel.CLUSTERING and instance_name == "DEFAULT":
-        instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
-    client_id = build_client_id(instance_name, options.unit_name, options.client_ip)
     return ClientInstance.get_or_create(
-        client_id,
-        ClientConfig(
-            namesrv_addrs=namesrv,
-            transport=options.transport,
-            transport_options=options.transport_options,
-            vip_channel_enabled=options.vip_channel_enabled,
-            poll_name_server_interval_ms=options.poll_name_server_interval,
-            heartbeat_broker_interval_ms=options.heartbeat_broker_interval,
+        client_id_for(options, message_model is MessageModel.CLUSTERING),
+        client_config(
+            options,
+            namesrv,
+            options.transport,
+            options.transport_options,
             persist_consumer_offset_interval_ms=options.persist_consumer_offset_interval,
-            request_timeout_ms=options.mq_client_api_timeout,
-            use_tls=options.use_tls,
             rebalance_interval_ms=rebalance_wait_interval_ms(),
         ),
     )

@@ -95,6 +95,14 @@ class PushConsumer:
     def unsubscribe(self, topic: str) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.unsubscribe, topic)
 
+    def register_filter_message_hook(self, hook: Any) -> Any:
+        """This consumer's own filter hook (see ConsumerMember's)."""
+        return self._inner.register_filter_message_hook(hook)
+
+    def register_consume_message_hook(self, hook: Any) -> Any:
+        """This consumer's own consume hook (see AsyncPushConsumer's)."""
+        return self._inner.register_consume_message_hook(hook)
+
     def register_listener(
         self, listener: Callable[..., Any], *, name: str | None = None
     ) -> Callable[..., Any]:
@@ -177,6 +185,10 @@ class LitePullConsumer:
 
     def unsubscribe(self, topic: str) -> None:
         run_in_loop(_call(self._inner.unsubscribe, topic))
+
+    def register_filter_message_hook(self, hook: Any) -> Any:
+        """This consumer's own filter hook (see ConsumerMember's)."""
+        return self._inner.register_filter_message_hook(hook)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
         run_in_loop(_call(self._inner.assign, list(queues)))
@@ -261,6 +273,10 @@ class Producer:
     @property
     def inner(self) -> AsyncProducer:
         return self._inner
+
+    def register_send_message_hook(self, hook: Any) -> Any:
+        """This producer's own send hook (see AsyncProducer's)."""
+        return self._inner.register_send_message_hook(hook)
 
     def start(self) -> None:
         run_in_loop(self._inner.start())

@@ -14,13 +14,18 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import BrokerError, RemotingError, RmqkError
+from rmqk.client_options import CLIENT_OPTIONS, ClientOptions, resolve_client_options
+from rmqk.errors import BrokerError, ConfigError, RemotingError, RmqkError
 from rmqk.message import MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
+from rmqk.optionspec import Where
 from rmqk.plugins.broker import jsonwire
+from rmqk.plugins.remoting import acl
+from rmqk.plugins.remoting.tls import client_ssl_context, server_hostname
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = [
+    "ADMIN_CLIENT_OPTIONS",
     "LONG_MAX",
     "AdminClient",
     "BrokerInfo",
@@ -121,12 +126,75 @@ class QueryResult:
     unsupported: tuple[str, ...] = ()
 
 
-class AdminClient:
-    """Requests an admin tool sends, over one connection per address."""
+# The client options an admin client acts on: where and how it connects, and as whom.
+# Every other client option (instance name, intervals, trace, ...) means nothing to
+# one-off admin requests and is refused, not ignored.
+ADMIN_CLIENT_OPTIONS = (
+    "namesrv_addr",
+    "use_tls",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_verify",
+    "access_key",
+    "secret_key",
+    "security_token",
+)
 
-    def __init__(self, namesrv_addr: str, *, timeout: float = 5.0) -> None:
+
+class AdminClient:
+    """Requests an admin tool sends, over one connection per address.
+
+    Takes the client options of :data:`ADMIN_CLIENT_OPTIONS` by the names every
+    client takes (or ``client_options=``): with ``use_tls`` and the ``tls_*`` files it
+    connects over TLS; it signs each request with its ``access_key`` and
+    ``secret_key``, else with the process defaults (the ``[acl]`` table or
+    ``RMQK_ACCESS_KEY`` / ``RMQK_SECRET_KEY``), as an admin tool given an RPCHook does.
+    """
+
+    def __init__(
+        self,
+        namesrv_addr: str | None = None,
+        *,
+        timeout: float = 5.0,
+        client_options: ClientOptions | None = None,
+        **client: Any,
+    ) -> None:
+        where = Where("<admin client options>", "admin client")
+        if namesrv_addr is not None and "namesrv_addr" in client:
+            raise ConfigError([where.problem("namesrv_addr", "given twice")])
+        options = resolve_client_options(client_options, client, where)
+        default = ClientOptions()
+        unused = [
+            spec.name
+            for spec in CLIENT_OPTIONS
+            if spec.name not in ADMIN_CLIENT_OPTIONS
+            and getattr(options, spec.attr) != getattr(default, spec.attr)
+        ]
+        if unused:
+            raise ConfigError(
+                [
+                    where.problem(
+                        name,
+                        "an admin client does not use this option; it takes "
+                        + ", ".join(ADMIN_CLIENT_OPTIONS),
+                    )
+                    for name in unused
+                ]
+            )
+        if namesrv_addr is None:
+            if not options.namesrv_addr:
+                raise ConfigError([where.problem("namesrv_addr", "required: the name server")])
+            namesrv_addr = ";".join(options.namesrv_addr)
         self.namesrv_addr = namesrv_addr
         self.timeout = timeout
+        self.client_options = options
+        self._tls = options.tls
+        # Made once (a bad file is a ConfigError here, before any request).
+        self._ssl = client_ssl_context(self._tls)
+        self._credentials = options.credentials
+        # The process defaults, read now as a transport reads them when it is made.
+        acl.load_environment()
         self._conns: dict[str, Any] = {}
 
     async def close(self) -> None:
@@ -154,9 +222,19 @@ class AdminClient:
 
         conn = self._conns.get(addr)
         if conn is None or conn.closed:
-            conn = await connect(addr, timeout=self.timeout, label="admin")
+            host = addr.rpartition(":")[0]
+            conn = await connect(
+                addr,
+                timeout=self.timeout,
+                label="admin",
+                ssl_context=self._ssl,
+                server_hostname=server_hostname(self._tls, host) if self._ssl else None,
+            )
             self._conns[addr] = conn
         request = make_request(code, fields, body)
+        credentials = self._credentials or acl.signing_credentials()
+        if credentials is not None:
+            acl.sign(request, credentials)
         return await conn.request(request, self.timeout if timeout is None else timeout)
 
     async def _ok(

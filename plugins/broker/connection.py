@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, cast
@@ -436,16 +437,22 @@ async def connect(
     timeout: float = 3.0,
     handler: RequestHandler | None = None,
     label: str = "client",
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
 ) -> Connection:
-    """Open a connection to ``host:port`` (``[v6]:port`` for IPv6)."""
+    """Open a connection to ``host:port`` (``[v6]:port`` for IPv6), over TLS with
+    ``ssl_context`` (the certificate checked against ``server_hostname``, "" for none)."""
     host, sep, port_text = addr.strip().rpartition(":")
     if not sep or not port_text.isdigit():
         raise RemotingConnectError(f"address {addr!r} is not host:port")
     host = host.strip("[]")
     conn = Connection(handler=handler, label=label)
+    tls: dict[str, Any] = {}
+    if ssl_context is not None:
+        tls = {"ssl": ssl_context, "server_hostname": server_hostname}
     try:
         await asyncio.wait_for(
-            asyncio.get_running_loop().create_connection(lambda: conn, host, int(port_text)),
+            asyncio.get_running_loop().create_connection(lambda: conn, host, int(port_text), **tls),
             timeout,
         )
     except (TimeoutError, OSError) as exc:

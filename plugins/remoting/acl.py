@@ -15,6 +15,11 @@ Credentials, first found wins:
 2. the environment variables ``RMQK_ACCESS_KEY`` and ``RMQK_SECRET_KEY`` (and
    ``RMQK_SECURITY_TOKEN``).
 
+These are the process defaults. A client given its own credentials (the client
+options ``access_key`` and ``secret_key``, :class:`rmqk.client_options.ClientOptions`)
+is signed with those instead: its transport signs each request after this hook
+(:func:`sign`), so two clients of one process can use two accounts.
+
 Without credentials nothing is signed. The secret key is never logged or shown
 in a repr.
 
@@ -38,12 +43,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.hookcalls import idle_when
 from rmqk.hookspecs import hookimpl
 from rmqk.protocol import RemotingCommand
+from rmqk.transport import Credentials
 
 __all__ = [
     "ACCESS_KEY",
@@ -68,19 +72,6 @@ SECURITY_TOKEN = "SecurityToken"
 ENV_ACCESS_KEY = "RMQK_ACCESS_KEY"
 ENV_SECRET_KEY = "RMQK_SECRET_KEY"
 ENV_SECURITY_TOKEN = "RMQK_SECURITY_TOKEN"
-
-
-@attrs.frozen(repr=False)
-class Credentials:
-    """An access key and its secret (SessionCredentials)."""
-
-    access_key: str
-    secret_key: str
-    security_token: str | None = None
-
-    def __repr__(self) -> str:
-        token = ", security_token=***" if self.security_token else ""
-        return f"Credentials(access_key={self.access_key!r}, secret_key=***{token})"
 
 
 _lock = threading.Lock()
@@ -150,10 +141,16 @@ def calculate_signature(content: bytes, secret_key: str) -> str:
 
 
 def sign(request: RemotingCommand, credentials: Credentials) -> None:
-    """Add AccessKey, SecurityToken (if any) and Signature to ``request``."""
+    """Add AccessKey, SecurityToken (if any) and Signature to ``request``.
+
+    Signing again with other credentials replaces the first signature whole: a
+    security token of the first is not left behind to be signed with the second.
+    """
     request.ext_fields[ACCESS_KEY] = credentials.access_key
     if credentials.security_token is not None:
         request.ext_fields[SECURITY_TOKEN] = credentials.security_token
+    else:
+        request.ext_fields.pop(SECURITY_TOKEN, None)
     content = signature_content(request.ext_fields, request.body)
     request.ext_fields[SIGNATURE] = calculate_signature(content, credentials.secret_key)
 

@@ -71,6 +71,7 @@ class RemotingClient:
         # The hook callers, looked up once: the relay's attributes never change.
         self._before: Any = None if hook is None else hook.rmqk_before_request
         self._after: Any = None if hook is None else hook.rmqk_after_response
+        self._credentials = config.credentials
         # The acl plugin reads its environment variables here, not per request.
         acl.load_environment()
 
@@ -129,9 +130,14 @@ class RemotingClient:
         # Skipped while every plugin implementing it has nothing to do (the acl plugin
         # without credentials): a pluggy call costs about 1.5 us per request. Checked
         # at every call, so a plugin registered or configured later is called.
-        if caller is None or all_idle(caller):
-            return
-        caller(address=addr, request=request)
+        if caller is not None and not all_idle(caller):
+            caller(address=addr, request=request)
+        credentials = self._credentials
+        if credentials is not None:
+            # The client's own account (its access_key option), signed last so that the
+            # signature covers every field the hooks added and replaces the process
+            # default's (Java: the client's own AclClientRPCHook).
+            acl.sign(request, credentials)
 
     def after_response(
         self, addr: str, request: RemotingCommand, response: RemotingCommand | None

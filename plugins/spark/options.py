@@ -72,6 +72,14 @@ def _namespace(value: str) -> str:
     return value
 
 
+def _log_file(value: object) -> str | None:
+    if value is False:
+        return None
+    if isinstance(value, str) and value.strip():
+        return value
+    raise OptionInvalid(f"must be a file name, or false for the terminal, got {value!r}")
+
+
 def _positive_seconds(value: float) -> float:
     if value <= 0:
         raise OptionInvalid(f"must be greater than 0, got {value:g}")
@@ -160,6 +168,23 @@ class SinkOptions:
         default_text="arrow for Parquet at path, else spark",
         nullable=True,
         allowed=WRITERS,
+    )
+    catalog_dir: str | None = option(
+        OptionType.STR,
+        "With table: the folder of the catalog the table is registered in, Spark's Hive "
+        "catalog with its embedded metastore (metastore_db, derby.log) beside its warehouse "
+        "(spark-warehouse), so that other Spark sessions find the table.",
+        None,
+        default_text="the working directory",
+        nullable=True,
+    )
+    spark_log: str | None = option(
+        OptionType.ANY,
+        "File the JVM's own output (its stdout and stderr: startup notices, Spark's log) is "
+        "appended to when this sink starts the process's Spark session; false: the terminal.",
+        "spark.log",
+        default_text="spark.log (in the working directory)",
+        check=_log_file,
     )
     master: str = option(OptionType.STR, "Spark master of the process's session.", DEFAULT_MASTER)
     app_name: str = option(OptionType.STR, "Spark application name.", DEFAULT_APP_NAME)
@@ -299,6 +324,8 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
             "needs path: the commit log and staged files live beside the output "
             "(with table, the table is created over path)",
         )
+    if parsed.catalog_dir is not None and table is None:
+        problem("catalog_dir", "only used with table: the catalog the table is registered in")
     if parsed.writer == "arrow" and not problems:
         why = _arrow_problem(parsed)
         if why is not None:
@@ -423,4 +450,69 @@ class SourceOptionTable:
         default_text="(none)",
         nullable=True,
         check=_namespace,
+    )
+    # The client options of every client kind (rmqk.ClientOptions) that decide how the
+    # source reaches the cluster and as whom; checked together as ClientOptions does.
+    use_tls: bool = option(
+        OptionType.BOOL,
+        "Connect over TLS (the client option use_tls).",
+        False,
+        name="useTls",
+    )
+    tls_ca_file: str | None = option(
+        OptionType.PATH,
+        "CA certificates to verify the brokers against (tls_ca_file); needs useTls.",
+        None,
+        name="tlsCaFile",
+        default_text="(none: the system CA store)",
+        nullable=True,
+    )
+    tls_cert_file: str | None = option(
+        OptionType.PATH,
+        "Client certificate (tls_cert_file); needs useTls.",
+        None,
+        name="tlsCertFile",
+        default_text="(none)",
+        nullable=True,
+    )
+    tls_key_file: str | None = option(
+        OptionType.PATH,
+        "Key of tlsCertFile (tls_key_file).",
+        None,
+        name="tlsKeyFile",
+        default_text="(none)",
+        nullable=True,
+    )
+    tls_verify: bool = option(
+        OptionType.BOOL,
+        "Verify the brokers' certificates (tls_verify); false accepts any.",
+        True,
+        name="tlsVerify",
+    )
+    access_key: str | None = option(
+        OptionType.STR,
+        "ACL access key the source signs its requests with (access_key); unset, the "
+        "process defaults (RMQK_ACCESS_KEY / RMQK_SECRET_KEY) on each Spark process.",
+        None,
+        name="accessKey",
+        default_text="(none)",
+        nullable=True,
+    )
+    secret_key: str | None = option(
+        OptionType.STR,
+        "Its secret key (secret_key); rmqk never shows it.",
+        None,
+        name="secretKey",
+        default_text="(none)",
+        nullable=True,
+        secret=True,
+    )
+    security_token: str | None = option(
+        OptionType.STR,
+        "Security token sent with accessKey (security_token); rmqk never shows it.",
+        None,
+        name="securityToken",
+        default_text="(none)",
+        nullable=True,
+        secret=True,
     )

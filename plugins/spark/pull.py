@@ -18,7 +18,13 @@ from rmqk.message import MessageExt
 from rmqk.model import MessageQueue, PullStatus, SubscriptionData, build_subscription
 from rmqk.plugins.spark.offsets import EARLIEST, LATEST, OffsetSpec, QueueKey
 from rmqk.protocol import PullSysFlag
-from rmqk.transport import PullMessageRequest, Transport, TransportConfig
+from rmqk.transport import (
+    Credentials,
+    PullMessageRequest,
+    TlsConfig,
+    Transport,
+    TransportConfig,
+)
 
 __all__ = ["BrokerReader", "DataLossError", "QueueInfo"]
 
@@ -51,10 +57,15 @@ class BrokerReader:
         *,
         group: str = "rmqk-spark-source",
         timeout_ms: int = 10_000,
+        tls: TlsConfig | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.namesrv_addrs = tuple(namesrv_addrs)
         self.group = group
         self.timeout_ms = timeout_ms
+        # The source's useTls / tls* and accessKey options (ClientOptions).
+        self.tls = tls if tls is not None else TlsConfig()
+        self.credentials = credentials
         self.transport: Transport | None = None
 
     async def __aenter__(self) -> BrokerReader:
@@ -66,6 +77,8 @@ class BrokerReader:
                 namesrv_addrs=self.namesrv_addrs,
                 client_id="127.0.0.1@rmqk-spark",
                 request_timeout_ms=self.timeout_ms,
+                tls=self.tls,
+                credentials=self.credentials,
             ),
             get_plugin_manager().hook,
         )

@@ -16,6 +16,17 @@ session afterwards. Before starting it sets, unless the user already did:
   every run. (A user who sets ``spark.local.dir`` or ``SPARK_LOCAL_DIRS`` keeps
   their own.)
 
+For a sink that writes a table (``catalog=True``), the session's catalog is Spark's
+Hive catalog with its embedded Derby metastore, in one folder (``catalog_dir``, the
+working directory by default): ``metastore_db`` and ``derby.log`` beside the warehouse
+``spark-warehouse``, Spark's own layout. Spark's default catalog lives in memory: a
+table registered there is gone with the session, and no other session can read it.
+Settings the user gives for these keys win.
+
+With ``jvm_log``, a JVM this call launches writes its stdout and stderr (Spark's
+startup notices and its log) to that file, appended, for as long as it runs; rmqk's
+own output stays where it was.
+
 The ``rocketmq`` data source is registered on the session it returns.
 """
 
@@ -27,6 +38,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlparse
 
 from rmqk.errors import ClientError
 from rmqk.plugins.spark.scratch import private_folder
@@ -66,12 +78,18 @@ def get_session(
     master: str | None = None,
     app_name: str | None = None,
     conf: Mapping[str, str] | None = None,
+    *,
+    catalog: bool = False,
+    catalog_dir: str | None = None,
+    jvm_log: str | None = None,
 ) -> Any:
     """The process's SparkSession, started with these settings if none is running.
 
     A session that is already running (started by rmqk or by the user) is
     returned as it is; settings that differ from it are logged, not applied,
-    since most of them are fixed once the JVM runs.
+    since most of them are fixed once the JVM runs. ``catalog`` asks for the
+    Hive catalog in ``catalog_dir`` (see the module doc): given explicitly, a
+    running session with another catalog is logged like any other setting.
     """
     global _session
     require_spark()
@@ -83,6 +101,14 @@ def get_session(
     if app_name:
         explicit["spark.app.name"] = app_name
     wanted = dict(DEFAULT_CONF)
+    derby_home = None
+    if catalog or catalog_dir is not None:
+        settings, derby_home = catalog_settings(catalog_dir)
+        for key, value in settings.items():
+            if key not in explicit:
+                wanted[key] = value
+                if catalog_dir is not None:
+                    explicit[key] = value
     wanted.update(explicit)
     if "spark.master" not in wanted:
         # Under spark-submit the master is the one it was given, not our default.
@@ -103,6 +129,12 @@ def get_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         _private_scratch(wanted)
+        if derby_home is not None and wanted.get("spark.sql.catalogImplementation") == "hive":
+            # derby.log goes to derby.system.home: the catalog's folder, not wherever
+            # the process was started.
+            os.makedirs(derby_home, exist_ok=True)
+            _add_java_option(wanted, "derby.system.home", derby_home)
+        launched = _launch_jvm(wanted, jvm_log) if jvm_log else None
         builder = SparkSession.builder
         for key, value in wanted.items():
             builder = builder.config(key, value)
@@ -112,11 +144,61 @@ def get_session(
         _settings.update(wanted)
         _register(session)
         log.info(
-            "spark session started: master %s, app %s",
+            "spark session started: master %s, app %s, catalog %s%s",
             wanted["spark.master"],
             wanted["spark.app.name"],
+            wanted.get("spark.sql.catalogImplementation", "in-memory"),
+            f"; the JVM's output goes to {launched}" if launched else "",
         )
         return session
+
+
+def catalog_settings(catalog_dir: str | None) -> tuple[dict[str, str], str]:
+    """The Spark settings of the Hive catalog in ``catalog_dir`` (the working directory
+    when None), and the folder Derby's own files go to.
+
+    Absolute paths: the metastore must be the same one whichever folder a reader
+    starts in. A reader gives the same three settings (docs/spark.md shows them).
+    """
+    folder = os.path.abspath(catalog_dir if catalog_dir is not None else ".")
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": os.path.join(folder, "spark-warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={os.path.join(folder, 'metastore_db')};create=true"
+        ),
+    }, folder
+
+
+def _add_java_option(wanted: dict[str, str], name: str, value: str) -> None:
+    """``-Dname=value`` in the driver's Java options, unless the user set ``name`` there."""
+    java_options = wanted.get("spark.driver.extraJavaOptions", "")
+    if f"-D{name}=" not in java_options:
+        wanted["spark.driver.extraJavaOptions"] = f"{java_options} -D{name}={value}".strip()
+
+
+def _launch_jvm(wanted: Mapping[str, str], jvm_log: str) -> str | None:
+    """Start Spark's JVM with its stdout and stderr appended to ``jvm_log``, as
+    SparkContext would start it (spark-submit with these settings); the path, or None
+    when there is no JVM to start here (one runs already, or spark-submit started
+    this process and its JVM). The file, not this process's descriptors: rmqk's own
+    output is not touched, even for a moment."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    path = os.path.abspath(jvm_log)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    conf = SparkConf(loadDefaults=False)
+    for key, value in wanted.items():
+        conf.set(key, value)
+    with open(path, "ab") as out:
+        # The child keeps its own copy of the descriptor; ours closes here.
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway)
+    return path
 
 
 def stop_session() -> None:
@@ -170,7 +252,7 @@ def _warn_differences(session: Any, wanted: Mapping[str, str]) -> None:
             current = session.conf.get(key, None)
         except Exception:
             current = None
-        if current is not None and current != value:
+        if current is not None and not _same_setting(key, current, value):
             log.warning(
                 "the running Spark session has %s=%s; the sink's %s=%s is not applied "
                 "(one session per process, configured by whoever starts it first)",
@@ -179,6 +261,13 @@ def _warn_differences(session: Any, wanted: Mapping[str, str]) -> None:
                 key,
                 value,
             )
+
+
+def _same_setting(key: str, current: str, wanted: str) -> bool:
+    if key == "spark.sql.warehouse.dir":
+        # Spark keeps the warehouse as a qualified URI (file:/path) of the path given.
+        return os.path.normpath(urlparse(current).path) == os.path.normpath(urlparse(wanted).path)
+    return current == wanted
 
 
 def _register(session: Any) -> None:

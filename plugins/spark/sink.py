@@ -132,7 +132,14 @@ class OutputWriter(GroupCommitSink):
             from rmqk.plugins.spark.session import get_session
 
             opts = self.options
-            self.session = get_session(opts.master, opts.app_name, opts.spark_conf)
+            self.session = get_session(
+                opts.master,
+                opts.app_name,
+                opts.spark_conf,
+                catalog=bool(opts.table),
+                catalog_dir=opts.catalog_dir,
+                jvm_log=opts.spark_log,
+            )
             frames = FrameWriter(opts, self.session)
             frames.check()
             self._frames = frames
@@ -403,6 +410,40 @@ def _output_key(options: SinkOptions) -> str:
     return "table:" + str(options.table)
 
 
+def _refuse_one_metastore_for_many_workers(options: SinkOptions) -> None:
+    """A table in the embedded metastore, from one of several worker processes: refused.
+
+    Each worker starts its own Spark, and embedded Derby admits one JVM: the second
+    would fail every flush. A shared metastore (a Hive metastore service, or a Derby
+    network server) is the user's own setting, and is not refused.
+    """
+    from rmqk.workers import current_worker
+
+    worker = current_worker()
+    if worker is None or worker.count < 2 or not options.table:
+        return
+    conf = options.spark_conf
+    url = conf.get("spark.hadoop.javax.jdo.option.ConnectionURL", "jdbc:derby:;")
+    embedded = url.startswith("jdbc:derby:") and not url.startswith("jdbc:derby://")
+    if "spark.hadoop.hive.metastore.uris" in conf or not embedded:
+        return
+    if conf.get("spark.sql.catalogImplementation", "hive") != "hive":
+        return
+    raise ConfigError(
+        [
+            ConfigProblem(
+                "<sink_options>",
+                "spark",
+                "table",
+                f"table {options.table} with processes = {worker.count}: each worker process "
+                "starts its own Spark, and the embedded metastore admits one; run it as one "
+                "process, or give a shared metastore "
+                '("spark.hadoop.hive.metastore.uris")',
+            )
+        ]
+    )
+
+
 class SparkSink:
     """The sink a composed consumer writes to; a handle on its output's shared writer."""
 
@@ -412,6 +453,7 @@ class SparkSink:
         # Refused when built, not when started, so `rmqk check` refuses it too.
         require_spark()
         self.options = parse_sink_options(options)
+        _refuse_one_metastore_for_many_workers(self.options)
         self.writer: OutputWriter | None = None
         # Whether this sink holds the heap frozen (heap_freeze): released once, on close.
         self._holds_heap = False

@@ -64,6 +64,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
+from rmqk.client_options import ClientOptions
 from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.namespace import effective_namespace, unwrap, wrap
 from rmqk.options import Where, parse_options
@@ -114,6 +115,26 @@ _ALIASES = {
     "pulltimeoutms": "pullTimeoutMs",
     "consumergroup": "consumerGroup",
     "namespace": "namespace",
+    "usetls": "useTls",
+    "tlscafile": "tlsCaFile",
+    "tlscertfile": "tlsCertFile",
+    "tlskeyfile": "tlsKeyFile",
+    "tlsverify": "tlsVerify",
+    "accesskey": "accessKey",
+    "secretkey": "secretKey",
+    "securitytoken": "securityToken",
+}
+
+# The source's client options under the names ClientOptions gives them.
+_CLIENT_KEYS = {
+    "useTls": "use_tls",
+    "tlsCaFile": "tls_ca_file",
+    "tlsCertFile": "tls_cert_file",
+    "tlsKeyFile": "tls_key_file",
+    "tlsVerify": "tls_verify",
+    "accessKey": "access_key",
+    "secretKey": "secret_key",
+    "securityToken": "security_token",
 }
 
 
@@ -134,6 +155,8 @@ class SourceOptions:
     consumer_group: str = "rmqk-spark-source"
     # Topics, offset keys and the group above are wire names, wrapped in this namespace.
     namespace: str | None = None
+    # How the source connects and signs (TLS files, its own account).
+    client: ClientOptions = attrs.field(factory=ClientOptions)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> SourceOptions:
@@ -170,6 +193,21 @@ class SourceOptions:
             problems.extend(exc.problems)
         if "maxMessagesPerTrigger" in given and not streaming:
             problems.append(_problem("maxMessagesPerTrigger", "is for streaming reads only"))
+        client = ClientOptions()
+        if any(k in given for k in _CLIENT_KEYS):
+            try:
+                client = ClientOptions(
+                    **{
+                        attr: getattr(table, attr)
+                        for key, attr in _CLIENT_KEYS.items()
+                        if key in given
+                    }
+                )
+            except ConfigError as exc:
+                back = {attr: key for key, attr in _CLIENT_KEYS.items()}
+                problems.extend(
+                    _problem(back.get(p.key or "", p.key or ""), p.message) for p in exc.problems
+                )
         if problems:
             raise ConfigError(problems)
         assert starting is not None and ending is not None
@@ -185,11 +223,16 @@ class SourceOptions:
             pull_timeout_ms=table.pull_timeout_ms,
             consumer_group=wrap(ns, table.consumer_group),
             namespace=ns,
+            client=client,
         )
 
     def reader(self) -> BrokerReader:
         return BrokerReader(
-            self.namesrv, group=self.consumer_group, timeout_ms=self.pull_timeout_ms
+            self.namesrv,
+            group=self.consumer_group,
+            timeout_ms=self.pull_timeout_ms,
+            tls=self.client.tls,
+            credentials=self.client.credentials,
         )
 
 

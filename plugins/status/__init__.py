@@ -31,7 +31,7 @@ from rmqk.namespace import check_namespace, effective_namespace, wrap
 from rmqk.plugins.status.collect import ClientStatus, GroupStatus, QueueStatus, group_status
 from rmqk.plugins.status.watch import CLEAR_SCREEN, LagHistory, format_watch
 from rmqk.termchart import use_unicode
-from rmqk.transport import Transport
+from rmqk.transport import Credentials, TlsConfig, Transport
 
 __all__ = ["STATUS_COMMAND", "format_status", "rmqk_register_commands", "status_json"]
 
@@ -95,6 +95,9 @@ class _Target:
     transport_options: Any
     use_tls: bool
     name: str | None
+    # The consumer's own TLS files and account, so status reads as the consumer talks.
+    tls: TlsConfig = attrs.field(factory=TlsConfig)
+    credentials: Credentials | None = None
 
 
 def _targets(args: argparse.Namespace) -> list[_Target]:
@@ -130,6 +133,8 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
                     transport_options=s.transport_options,
                     use_tls=s.options.use_tls,
                     name=s.name,
+                    tls=s.options.tls,
+                    credentials=s.options.credentials,
                 )
             )
         return targets
@@ -149,14 +154,15 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
 
 async def _open(target: _Target, timeout_ms: int) -> Transport:
     from rmqk.pluginmanager import get_plugin_manager, registries
-    from rmqk.transport import TlsConfig, TransportConfig
+    from rmqk.transport import TransportConfig
 
     config = TransportConfig(
         namesrv_addrs=target.namesrv_addrs,
         client_id="rmqk-status",
         request_timeout_ms=timeout_ms,
-        tls=TlsConfig(enabled=True) if target.use_tls else TlsConfig(),
+        tls=target.tls if target.use_tls else TlsConfig(),
         options=dict(target.transport_options),
+        credentials=target.credentials,
     )
     transport = registries().transports.create(target.transport, config, get_plugin_manager().hook)
     await transport.start()

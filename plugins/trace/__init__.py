@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
-from rmqk.consumer_options import AccessChannel
+from rmqk.client_options import AccessChannel, ClientOptions
 from rmqk.contexts import ClientContext, ClientRole
 from rmqk.hookspecs import hookimpl
 from rmqk.namespace import unwrap
@@ -63,6 +64,29 @@ def dispatcher_of(group: str, producer: bool = False) -> AsyncTraceDispatcher | 
     return traced.dispatcher if traced is not None else None
 
 
+# The client options the trace producer takes from its client: it reaches the same
+# cluster the same way (TLS and its files) and signs as the same account (Java gives
+# the trace producer its client's RPCHook).
+_CONNECTION_OPTIONS = (
+    "use_tls",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_verify",
+    "access_key",
+    "secret_key",
+    "security_token",
+    "vip_channel_enabled",
+    "mq_client_api_timeout",
+)
+
+
+def _connection_of(client: ClientOptions | None) -> dict[str, Any]:
+    if client is None:
+        return {}
+    return {name: getattr(client, name) for name in _CONNECTION_OPTIONS}
+
+
 @hookimpl
 async def rmqk_client_started(context: ClientContext) -> None:
     table = _traced_table(context)
@@ -72,7 +96,9 @@ async def rmqk_client_started(context: ClientContext) -> None:
         table[context.group].clients += 1
         return
     options = context.options
-    cloud = getattr(options, "access_channel", AccessChannel.LOCAL) is AccessChannel.CLOUD
+    client = context.client_options
+    channel = client.access_channel if client is not None else AccessChannel.LOCAL
+    cloud = channel is AccessChannel.CLOUD
     dispatcher = AsyncTraceDispatcher(
         unwrap(context.namespace, context.group),
         "PRODUCE" if context.role is ClientRole.PRODUCER else "CONSUME",
@@ -81,6 +107,7 @@ async def rmqk_client_started(context: ClientContext) -> None:
         cloud=cloud,
         transport=context.transport,
         transport_options=context.transport_options,
+        connection=_connection_of(client),
     )
     try:
         await dispatcher.start()

@@ -75,6 +75,7 @@ class AsyncTraceDispatcher:
         cloud: bool = False,
         transport: str = "tcp",
         transport_options: Mapping[str, Any] | None = None,
+        connection: Mapping[str, Any] | None = None,
         queue_size: int = 1024,
         pending_batches: int = 2048,
         batch_size: int = 100,
@@ -86,6 +87,8 @@ class AsyncTraceDispatcher:
     ) -> None:
         self.group = group
         self.kind = kind
+        # The traced client's TLS and account options, for the trace producer.
+        self.connection = dict(connection or {})
         self.trace_topic = trace_topic or RMQ_SYS_TRACE_TOPIC
         self.namesrv_addrs = tuple(namesrv_addrs)
         self.cloud = cloud
@@ -149,6 +152,7 @@ class AsyncTraceDispatcher:
             max_message_size=self.max_msg_size,
             transport=self.transport,
             transport_options=self.transport_options,
+            **self.connection,
         )
         await producer.start()
         self._producer = producer

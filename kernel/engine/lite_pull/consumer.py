@@ -204,6 +204,7 @@ class AsyncLitePullConsumer(ConsumerMember):
             lite=True,
             on_subscription_missing=self.heartbeat_now,
             max_body_size=opts.max_decompressed_body_size,
+            filter_hooks=self._filter_hooks,
         )
         flow = FlowControl(
             log,
