@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllocationStrategy",
+    "BodyParsingSink",
     "BrokerClient",
     "BrokerOffsetStore",
     "BufferedSink",
@@ -184,3 +185,22 @@ class OffsetsRecordingSink(Sink, Protocol):
     async def offsets_reset(self, queue: MessageQueue) -> None:
         """Forget, durably, every offset recorded for ``queue``: it starts afresh."""
         ...
+
+
+@runtime_checkable
+class BodyParsingSink(Sink, Protocol):
+    """A sink that parses bodies (``body_format = "json"``), checked with ``isinstance``.
+
+    A body it cannot parse is kept raw in its corrupt-record column (or, with
+    ``on_bad_body = "fail"``, halts the sink: :class:`rmqk.errors.SinkHalted`).
+    A composed consumer hands it ``report`` at once, and the sink calls
+    ``report(topic, n)`` when ``n`` such bodies of ``topic`` are written, from
+    any thread; the consumer counts them in its statistics (the metrics, the
+    line ``rmqk run`` stops with). ``topics`` are the consumer's subscribed
+    topics: a sink shared by several consumers reports a topic to the first
+    that subscribes to it.
+    """
+
+    def watch_bad_bodies(
+        self, topics: Collection[str], report: Callable[[str, int], None]
+    ) -> None: ...

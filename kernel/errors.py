@@ -16,6 +16,7 @@ __all__ = [
     "RemotingTooMuchRequestError",
     "RmqkError",
     "SendFailedError",
+    "SinkHalted",
     "SubscriptionRefusedError",
 ]
 
@@ -26,6 +27,15 @@ class RmqkError(Exception):
 
 class PluginError(RmqkError):
     """An unknown or duplicate plugin name, or a plugin that failed to load."""
+
+
+class SinkHalted(RmqkError):
+    """A sink refuses to go on (a body it cannot parse, with ``on_bad_body = "fail"``).
+
+    The future of every batch the sink cannot take fails with it. The consume
+    service neither acknowledges nor sends back such a batch, so its offset is not
+    committed, and ``rmqk run`` stops the consumer with this error.
+    """
 
 
 class ConfigProblem:

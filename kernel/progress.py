@@ -70,6 +70,8 @@ class TopicCounters:
     consume_failed_tps: float
     # Records skipped because they could not be decoded (issue 19: never a stall).
     skipped_records: int = 0
+    # Bodies the sink could not parse and kept raw (its corrupt-record column).
+    bad_bodies: int = 0
 
 
 @attrs.frozen
@@ -97,6 +99,10 @@ class ConsumerProgress:
     @property
     def consumed_failed(self) -> int:
         return sum(t.consumed_failed for t in self.topics)
+
+    @property
+    def bad_bodies(self) -> int:
+        return sum(t.bad_bodies for t in self.topics)
 
     @property
     def cached_messages(self) -> int:
@@ -155,6 +161,7 @@ def snapshot(
             consume_ok_tps=float(s.consume_ok.rate()),
             consume_failed_tps=float(s.consume_failed.rate()),
             skipped_records=int(s.skipped_records_total),
+            bad_bodies=int(s.bad_bodies_total),
         )
         for topic, s in sorted(consumer.stats.topics.items())
     )

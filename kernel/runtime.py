@@ -13,10 +13,10 @@ from typing import Any
 import attrs
 
 from rmqk.config import Config, ConsumerSpec
-from rmqk.contracts import BufferedSink, OffsetsRecordingSink, Sink
+from rmqk.contracts import BodyParsingSink, BufferedSink, OffsetsRecordingSink, Sink
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.listener import listener_name
-from rmqk.errors import ClientError, ConfigError, RmqkError
+from rmqk.errors import ClientError, ConfigError, RmqkError, SinkHalted
 from rmqk.logsetup import log_context
 from rmqk.message import MessageExt
 from rmqk.model import MessageModel
@@ -66,6 +66,10 @@ class StopTally:
     elapsed_s: float
     # Queues started afresh because their offsets went backwards (on_offsets_reset).
     offsets_reset: int = 0
+    # Bodies the sink could not parse and kept raw (body_format = "json").
+    bad_bodies: int = 0
+    # Why the sink halted the consumer (on_bad_body = "fail"), if it did.
+    halted: str | None = None
 
     def line(self) -> str:
         resets = (
@@ -73,10 +77,13 @@ class StopTally:
             if self.offsets_reset
             else ""
         )
+        bad = f", {self.bad_bodies:,} bad bodies kept raw" if self.bad_bodies else ""
+        halted = f", halted by its sink: {self.halted}" if self.halted else ""
         return (
-            f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed, "
+            f"{self.name}: {self.consumed:,} consumed, {self.failed:,} failed{bad}, "
             f"offsets advanced by {self.advanced_total:,} on {self.advanced_queues} of "
             f"{self.committed_queues} queues this run, ran {self.elapsed_s:,.1f} s{resets}"
+            f"{halted}"
         )
 
 
@@ -114,6 +121,10 @@ class ComposedConsumer:
             consumer.add_offsets_reset_listener(sink.offsets_reset)
         for sub in spec.subscriptions:
             self.consumer.subscribe(sub.topic, sub.sub_string, sub.expression_type.value)
+        if isinstance(sink, BodyParsingSink):
+            sink.watch_bad_bodies(
+                frozenset(sub.topic for sub in spec.subscriptions), self.consumer.stats.bad_bodies
+            )
 
         if isinstance(sink, BufferedSink):
             # Group-commit sinks: the batch is acknowledged when its flush commits, and
@@ -122,15 +133,35 @@ class ComposedConsumer:
             buffered = sink
 
             async def deliver_later(messages: list[MessageExt], context: Any) -> Any:
-                return buffered.submit(context.queue, messages)
+                future = buffered.submit(context.queue, messages)
+                future.add_done_callback(self._check_halted)
+                return future
 
             self.consumer.register_listener(deliver_later, name=sink_listener_name(spec))
         else:
 
             async def deliver(messages: list[MessageExt], context: Any) -> None:
-                await sink.write(context.queue, messages)
+                try:
+                    await sink.write(context.queue, messages)
+                except SinkHalted as exc:
+                    self._halt(exc)
+                    raise
 
             self.consumer.register_listener(deliver, name=sink_listener_name(spec))
+
+    def _check_halted(self, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            exc = future.exception()
+            if isinstance(exc, SinkHalted):
+                self._halt(exc)
+
+    def _halt(self, exc: SinkHalted) -> None:
+        """The sink refused to go on: the consumer stops on that error (and the run with it).
+
+        The consume service leaves the batches failed with this error neither
+        acknowledged nor sent back, so their offsets stay uncommitted.
+        """
+        self.consumer.fail(exc)
 
     async def start(self) -> None:
         # Tasks the consumer creates while starting (pull loops, consume workers, timers)
@@ -198,6 +229,8 @@ class ComposedConsumer:
             advanced_total=sum(advances),
             elapsed_s=end - self.started_at if self.started_at is not None else 0.0,
             offsets_reset=sum(consumer.offsets_resets.values()),
+            bad_bodies=sum(t.bad_bodies_total for t in consumer.stats.topics.values()),
+            halted=str(consumer.failure) if isinstance(consumer.failure, SinkHalted) else None,
         )
 
 
@@ -255,6 +288,9 @@ async def run_config(
 
     ``on_stopped`` gets the consumers that ran, once every one of them is stopped;
     ``on_created`` gets each one before it starts (a worker pauses it there).
+    A consumer that stops on an error (offsets gone backwards, a sink that halts
+    with :class:`~rmqk.errors.SinkHalted`) stops them all, and the first such
+    error is raised once they are stopped.
     """
     specs = [s for s in config.consumers if not names or s.name in names]
     if names:

@@ -236,7 +236,8 @@ class Supervisor:
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
         reason = slot.last_error or how
         if slot.last_error_final and slot.last_error:
-            # A restart would meet the same (offsets gone backwards): end with that error.
+            # A restart would meet the same (offsets gone backwards, a sink's halt): end
+            # with that error.
             self._failure = slot.last_error.removeprefix("rmqk: error: ")
             return
         if lived >= self.settings.stable_after:
@@ -373,9 +374,10 @@ class Supervisor:
         for name, figures in self.totals().items():
             slots = [s for s in self.slots if s.job.identity.consumer == name]
             restarts = sum(s.restarts for s in slots)
+            bad = f", {figures.bad_bodies:,} bad bodies kept raw" if figures.bad_bodies else ""
             print(
                 f"rmqk: {name}: {figures.consumed_ok:,} consumed, {figures.consumed_failed:,} "
-                f"failed, by {len(slots)} worker processes ({restarts} "
+                f"failed{bad}, by {len(slots)} worker processes ({restarts} "
                 f"restart{'' if restarts == 1 else 's'})",
                 file=sys.stderr,
             )

@@ -131,9 +131,12 @@ def worker_main(job: WorkerJob, conn: Connection) -> None:
         pass
     except BaseException as exc:
         log.debug("worker %s failed", job.identity.label, exc_info=True)
+        from rmqk.errors import SinkHalted
         from rmqk.offsets_reset import OffsetsWentBackwardsError
 
-        final = isinstance(exc, OffsetsWentBackwardsError)
+        # Errors a restart would meet again: offsets gone backwards, a sink refusing a
+        # message (on_bad_body = "fail": the same body comes first again).
+        final = isinstance(exc, OffsetsWentBackwardsError | SinkHalted)
         pipe.send(WorkerFailed(error_line(exc), final=final))
         with contextlib.suppress(OSError):
             conn.close()
@@ -225,6 +228,7 @@ def _figures(composed: Any, max_offsets: Any) -> WorkerFigures:
         consumed_failed=progress.consumed_failed,
         cached=progress.cached_messages,
         flow_control_events=progress.flow_control_events,
+        bad_bodies=progress.bad_bodies,
         lag=progress.lag,
         namesrv=progress.namesrv,
         namesrv_error=progress.namesrv_error,

@@ -81,6 +81,8 @@ class WorkerFigures:
     consumed_failed: int = 0
     cached: int = 0
     flow_control_events: int = 0
+    # Bodies the sink could not parse and kept raw (body_format = "json").
+    bad_bodies: int = 0
     lag: int | None = None
     namesrv: str = ""
     namesrv_error: str | None = None
@@ -96,6 +98,7 @@ class WorkerFigures:
             consumed_failed=self.consumed_failed + other.consumed_failed,
             cached=self.cached + other.cached,
             flow_control_events=self.flow_control_events + other.flow_control_events,
+            bad_bodies=self.bad_bodies + other.bad_bodies,
             lag=lag,
             namesrv=self.namesrv or other.namesrv,
             namesrv_error=self.namesrv_error or other.namesrv_error,
@@ -108,6 +111,7 @@ class WorkerFigures:
             consumed_ok=self.consumed_ok,
             consumed_failed=self.consumed_failed,
             flow_control_events=self.flow_control_events,
+            bad_bodies=self.bad_bodies,
             lag=0,
         )
 
@@ -142,6 +146,7 @@ class WorkerFailed:
     """Why the worker is exiting with an error, as one line."""
 
     reason: str
-    # An error a restart cannot cure (a queue's offsets went backwards): the supervisor
-    # stops every worker and ends with it instead of restarting the worker.
+    # An error a restart cannot cure (a queue's offsets went backwards, a sink that
+    # halted on a message it refuses): the supervisor stops every worker and ends with
+    # it instead of restarting the worker.
     final: bool = False

@@ -321,7 +321,9 @@ async def test_group_commit_flushes_by_rows_and_writes_columns(spark: Any, tmp_p
         "reconsume_times",
         "order_id",
         "amount",
+        "_corrupt_record",  # null: every body parsed
     ]
+    assert df.where("_corrupt_record IS NOT NULL").count() == 0
     row = df.where("msg_id = 'ID-1-12'").collect()[0]
     assert (row.topic, row.broker, row.queue_id, row.queue_offset) == ("Orders", "broker-a", 1, 12)
     assert (row.keys, row.tags, row.order_id, row.amount) == ("O-12", "paid", "O-5-2", 3.0)

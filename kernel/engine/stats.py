@@ -62,6 +62,9 @@ class TopicStats:
     consumed_failed_total: int = 0
     # Records of pull bodies that could not be decoded (or inflated past the limit).
     skipped_records_total: int = 0
+    # Bodies a sink could not parse (body_format = "json") and kept raw in its
+    # corrupt-record column, as the sink reported them.
+    bad_bodies_total: int = 0
 
 
 class ConsumerStats:
@@ -99,6 +102,9 @@ class ConsumerStats:
 
     def skipped_records(self, topic: str, n: int) -> None:
         self.topics[topic].skipped_records_total += n
+
+    def bad_bodies(self, topic: str, n: int) -> None:
+        self.topics[topic].bad_bodies_total += n
 
     def consume_status(self, topic: str) -> ConsumeStatus:
         """ConsumerStatsManager.consumeStatus: zeros for a topic with no statistics yet."""

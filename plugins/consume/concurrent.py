@@ -21,6 +21,7 @@ from typing import Any
 from rmqk.consume_host import ConsumeHost, QueueView
 from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
+from rmqk.errors import SinkHalted
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
 from rmqk.options import OptionSpec
@@ -330,7 +331,7 @@ class ConcurrentConsumeService:
         """The general path for one chunk's outcome: partial acks and failures."""
         status = self._status(outcome)
         self.host.stats.consume_rt(r.mq.topic, outcome.duration_ms)
-        if r.pq.dropped:
+        if r.pq.dropped or _halted(outcome):
             return
         await self._process_result(
             status, ctx if ctx is not None else ConsumeConcurrentlyContext(r.mq), r.msgs, r.pq, r.mq
@@ -443,7 +444,7 @@ class ConcurrentConsumeService:
                 self._ack(r)
                 continue
             status = self._status(outcome)
-            if r.pq.dropped:
+            if r.pq.dropped or _halted(outcome):
                 continue
             if status is success and (ctx is None or ctx.ack_index >= len(r.msgs) - 1):
                 self._ack(r)
@@ -528,9 +529,10 @@ class ConcurrentConsumeService:
             describe_outcome(hook_ctx, outcome, status, host.options.consume_timeout * 60_000)
             await host.listener.after(hook_ctx)
         host.stats.consume_rt(mq.topic, outcome.duration_ms)
-        if pq.is_dropped():
+        if pq.is_dropped() or _halted(outcome):
             # The queue went to another member: its results are discarded, the new owner
-            # consumes these messages again (at-least-once).
+            # consumes these messages again (at-least-once). Or the sink halted (see
+            # _halted).
             return
         await self._process_result(status, ctx, msgs, pq, mq)
 
@@ -597,3 +599,12 @@ class ConcurrentConsumeService:
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
         return await consume_concurrently_directly(self.host, msg, broker_name)
+
+
+def _halted(outcome: ListenerOutcome) -> bool:
+    """Whether the sink refused the batch and halts the consumer (:class:`SinkHalted`).
+
+    Such a batch is neither acknowledged nor sent back: its offset stays
+    uncommitted, and it is consumed again once the cause is fixed.
+    """
+    return isinstance(outcome.exception, SinkHalted)

@@ -18,6 +18,7 @@ from typing import Any
 from rmqk.consume_host import ConsumeHost, QueueView
 from rmqk.engine.listener import ConsumeOrderlyContext
 from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS
+from rmqk.errors import SinkHalted
 from rmqk.message import MessageExt
 from rmqk.model import ConsumeOrderlyStatus, MessageModel, MessageQueue
 from rmqk.options import JAVA_INT_MAX, OptionSpec, OptionType
@@ -231,6 +232,9 @@ class OrderlyConsumeService:
             hook_ctx.exception = outcome.exception
             await host.listener.after(hook_ctx)
         host.stats.consume_rt(mq.topic, outcome.duration_ms)
+        if isinstance(outcome.exception, SinkHalted):
+            # The sink halts the consumer: the batch is neither committed nor retried.
+            return False
         return await self._process_result(msgs, status, ctx, pq, mq)
 
     async def _process_result(

@@ -16,6 +16,8 @@ Read from each consumer when scraped (``ConsumerStats`` and the process queues):
   rates, as Apache's admin tools show them;
 * ``rmqk_skipped_records_total{group,topic}``: pulled records that could not be decoded
   (or inflated past ``max_decompressed_body_size``), skipped and logged once each;
+* ``rmqk_bad_bodies_total{group,topic}``: bodies the sink could not parse
+  (``body_format = "json"``) and kept raw in its corrupt-record column;
 * ``rmqk_offsets_reset_total{group,topic}``: queues started afresh because their offsets
   went backwards (``on_offsets_reset = "resume"``, issue 25);
 * per queue (``group,topic,broker,queue``): ``rmqk_process_queue_messages``,
@@ -124,6 +126,11 @@ class ConsumerCollector(Collector):
             "Pulled records that could not be decoded, skipped.",
             labels=topic_labels,
         )
+        bad_bodies = CounterMetricFamily(
+            "rmqk_bad_bodies",
+            "Bodies the sink could not parse, kept raw in its corrupt-record column.",
+            labels=topic_labels,
+        )
         resets = CounterMetricFamily(
             "rmqk_offsets_reset",
             "Queues started afresh because their offsets went backwards (on_offsets_reset).",
@@ -175,6 +182,7 @@ class ConsumerCollector(Collector):
                 pulled.add_metric(labels, t.pulled_messages)
                 pull_latency.add_metric(labels, t.pull_count, t.pull_time_ms / 1000)
                 skipped.add_metric(labels, t.skipped_records)
+                bad_bodies.add_metric(labels, t.bad_bodies)
                 pull_tps.add_metric(labels, t.pull_tps)
                 ok_tps.add_metric(labels, t.consume_ok_tps)
                 failed_tps.add_metric(labels, t.consume_failed_tps)
@@ -191,7 +199,8 @@ class ConsumerCollector(Collector):
                     max_offset.add_metric(labels, q.max_offset)
                 if q.lag is not None:
                     lag.add_metric(labels, q.lag)
-        yield from (pulled, pull_latency, skipped, resets, pull_tps, ok_tps, failed_tps)
+        yield from (pulled, pull_latency, skipped, bad_bodies, resets)
+        yield from (pull_tps, ok_tps, failed_tps)
         yield from (cached, cached_bytes, committed, max_offset, lag, queues)
 
 

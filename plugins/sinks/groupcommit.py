@@ -58,6 +58,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from rmqk.errors import SinkHalted
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 from rmqk.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
@@ -162,6 +163,9 @@ class GroupCommitSink(abc.ABC):
         self._started = False
         self._start_lock = asyncio.Lock()
         self._index = OffsetIndex()
+        # Set once a write raised SinkHalted: every later flush fails with it unwritten,
+        # so nothing after the refused message is acknowledged while the consumer stops.
+        self._halted: SinkHalted | None = None
         # Offsets gone backwards (issue 25): the consumer's on_offsets_reset, and how to
         # tell the consumer (from the writer thread, through the loop).
         self._offsets_policy = "fail"
@@ -596,6 +600,8 @@ class GroupCommitSink(abc.ABC):
                 entry.set_result(None)
 
     def _failed(self, batch: list[Pending], exc: BaseException) -> None:
+        if isinstance(exc, SinkHalted) and self._halted is None:
+            self._halted = exc
         self.stats.failed_flushes += 1
         log.error(
             "%s sink: writing %d batches to %s failed: %s",
@@ -637,6 +643,8 @@ class GroupCommitSink(abc.ABC):
     # -- writing (worker thread) ---------------------------------------------------------
 
     def _write_prepared(self, flush: Flush) -> tuple[int, int]:
+        if self._halted is not None:
+            raise self._halted
         return self.write_batch(flush), 0
 
     def _write(self, batch: list[Pending], prepared: list[Any] | None = None) -> tuple[int, int]:
@@ -644,6 +652,8 @@ class GroupCommitSink(abc.ABC):
 
         ``prepared`` (exactly once) is handed on only if no message was filtered out.
         """
+        if self._halted is not None:
+            raise self._halted
         pairs = tuple((e.queue, e.messages) for e in batch)
         if not self.exactly_once:
             return self.write_batch(Flush(pairs)), 0

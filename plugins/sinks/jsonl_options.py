@@ -7,8 +7,16 @@ from typing import Any
 
 import attrs
 
-from rmqk.options import OptionType, Where, load_options, option
-from rmqk.plugins.sinks.records import BODY_FORMATS
+from rmqk.errors import ConfigError
+from rmqk.options import OptionType, Where, option, parse_options
+from rmqk.plugins.sinks.badbody import (
+    BAD_BODY_ACTIONS,
+    CORRUPT_RECORD_COLUMN,
+    CORRUPT_RECORD_COLUMN_DOC,
+    ON_BAD_BODY_DOC,
+    check_column_name,
+)
+from rmqk.plugins.sinks.records import BODY_FORMATS, RECORD_KEYS
 
 __all__ = ["JsonlOptions", "parse_jsonl_options"]
 
@@ -18,9 +26,14 @@ class JsonlOptions:
     path: str = option(OptionType.PATH, "The file to append to.", required="the file to append to")
     body_format: str = option(
         OptionType.STR,
-        "How a body is written: text (UTF-8), json (parsed; text if it is not JSON) or base64.",
+        "How a body is written: text (UTF-8), json (parsed; a body that is not JSON is "
+        "null, its text in corrupt_record_column, see on_bad_body) or base64.",
         "text",
         allowed=BODY_FORMATS,
+    )
+    on_bad_body: str = option(OptionType.STR, ON_BAD_BODY_DOC, "keep", allowed=BAD_BODY_ACTIONS)
+    corrupt_record_column: str = option(
+        OptionType.STR, CORRUPT_RECORD_COLUMN_DOC, CORRUPT_RECORD_COLUMN, check=check_column_name
     )
     fsync: bool = option(
         OptionType.BOOL, "fsync after each write, before the batch is acknowledged.", True
@@ -29,4 +42,19 @@ class JsonlOptions:
 
 def parse_jsonl_options(options: Mapping[str, Any]) -> JsonlOptions:
     """The options, or a ConfigError listing every problem."""
-    return load_options(JsonlOptions, options, Where("<sink_options>", "jsonl"))
+    at = Where("<sink_options>", "jsonl")
+    parsed, problems = parse_options(JsonlOptions, options, at)
+    for key in ("on_bad_body", "corrupt_record_column"):
+        if key in options and parsed.body_format != "json":
+            problems.append(at.problem(key, "only used with body_format = 'json'"))
+    if parsed.corrupt_record_column in RECORD_KEYS:
+        problems.append(
+            at.problem(
+                "corrupt_record_column",
+                f"{parsed.corrupt_record_column!r} is a key every record has; "
+                f"keys: {', '.join(RECORD_KEYS)}",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    return parsed

@@ -3,34 +3,57 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 
-__all__ = ["BODY_FORMATS", "message_record"]
+__all__ = ["BODY_FORMATS", "RECORD_KEYS", "is_bad", "message_record"]
 
 BODY_FORMATS = ("text", "base64", "json")
+# The keys of every record, in order.
+RECORD_KEYS = (
+    "topic",
+    "broker",
+    "queue_id",
+    "queue_offset",
+    "msg_id",
+    "keys",
+    "tags",
+    "properties",
+    "body",
+    "born_timestamp",
+    "store_timestamp",
+    "reconsume_times",
+)
 
 
 def _body(body: bytes, body_format: str) -> Any:
     if body_format == "base64":
         return base64.b64encode(body).decode("ascii")
-    text = body.decode("utf-8", errors="replace")
-    if body_format == "json":
-        import json
+    return body.decode("utf-8", errors="replace")
 
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
+
+def _json_body(body: bytes) -> tuple[Any, bool]:
+    """The parsed body and True, or None and False when it is not UTF-8 JSON."""
+    try:
+        return json.loads(body.decode("utf-8")), True
+    except ValueError:  # UnicodeDecodeError is one
+        return None, False
 
 
 def message_record(
-    queue: MessageQueue, msg: MessageExt, body_format: str = "text"
+    queue: MessageQueue,
+    msg: MessageExt,
+    body_format: str = "text",
+    corrupt_record_column: str = "_corrupt_record",
 ) -> dict[str, Any]:
-    return {
+    """The record of ``msg``. With ``body_format = "json"`` it has ``corrupt_record_column``
+    too: None when the body parsed, else the raw body (its text; base64 for a body that is
+    not UTF-8, with ``<column>_base64`` true) and a None ``body``.
+    """
+    record = {
         "topic": msg.topic,
         "broker": queue.broker_name,
         "queue_id": queue.queue_id,
@@ -39,8 +62,28 @@ def message_record(
         "keys": msg.keys,
         "tags": msg.tags,
         "properties": dict(msg.properties),
-        "body": _body(msg.body, body_format),
+        "body": None,
         "born_timestamp": msg.born_timestamp,
         "store_timestamp": msg.store_timestamp,
         "reconsume_times": msg.reconsume_times,
     }
+    if body_format != "json":
+        record["body"] = _body(msg.body, body_format)
+        return record
+    value, parsed = _json_body(msg.body)
+    if parsed:
+        record["body"] = value
+        record[corrupt_record_column] = None
+        return record
+    try:
+        record[corrupt_record_column] = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        # JSON text cannot hold these bytes as they are: base64 keeps them, and says so.
+        record[corrupt_record_column] = base64.b64encode(msg.body).decode("ascii")
+        record[f"{corrupt_record_column}_base64"] = True
+    return record
+
+
+def is_bad(record: dict[str, Any], corrupt_record_column: str) -> bool:
+    """Whether ``record`` (json body_format) holds a body that did not parse."""
+    return record.get(corrupt_record_column) is not None

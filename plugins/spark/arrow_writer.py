@@ -12,7 +12,8 @@ Landing raw rows needs no JVM: pyarrow writes 10-20 times faster than a Spark
 job per flush, and releases the GIL while it does. Spark is started only for
 what pyarrow would read differently from it: a JSON ``body_schema`` beyond flat
 primitive fields, or a flush whose bodies pyarrow rejects (Spark's
-``from_json`` then parses that flush, with its PERMISSIVE nulls).
+``from_json`` then parses that flush, and what it cannot parse is kept raw in
+the corrupt-record column: :mod:`rmqk.plugins.sinks.badbody`).
 """
 
 from __future__ import annotations
@@ -151,13 +152,16 @@ def _folder(value: object) -> str:
     return escape_partition_value(str(value))
 
 
-def decode_json_bodies(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table | None:
+def decode_json_bodies(
+    batch: pa.RecordBatch, schema: pa.Schema, corrupt_record_column: str | None = None
+) -> pa.Table | None:
     """``batch`` with the body replaced by the JSON fields; None if any body needs Spark.
 
     A body pyarrow rejects (not an object, a value of another type, a line break
-    inside) sends the whole flush to Spark's ``from_json``, whose PERMISSIVE
-    reading (nulls for what does not parse) stays the sink's behaviour. Arrow
-    kernels only: no Python per row.
+    inside) sends the whole flush to Spark's ``from_json``, which decides what
+    does not parse (the sink keeps those bodies raw: ``FrameWriter.frame``).
+    Every body of a table returned here parsed: its ``corrupt_record_column``,
+    when named, is all null. Arrow kernels only: no Python per row.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -190,9 +194,14 @@ def decode_json_bodies(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table | N
         return None
     names = [n for n in batch.schema.names if n != "body"]
     columns = [batch.column(n) for n in names]
+    extra_names: list[str] = []
+    extra: list[pa.Array] = []
+    if corrupt_record_column is not None:
+        extra_names.append(corrupt_record_column)
+        extra.append(pa.nulls(batch.num_rows, pa.string()))
     return pa.Table.from_arrays(
-        columns + [_one_chunk(c) for c in parsed.columns],
-        names=names + parsed.column_names,
+        columns + [_one_chunk(c) for c in parsed.columns] + extra,
+        names=names + parsed.column_names + extra_names,
     )
 
 
@@ -249,7 +258,7 @@ class ArrowFileWriter:
             body = batch.column(index).view(pa.string())
             return pa.Table.from_batches([batch.set_column(index, "body", body)])
         if self._json is not None:
-            decoded = decode_json_bodies(batch, self._json)
+            decoded = decode_json_bodies(batch, self._json, opts.corrupt_record_column)
             if decoded is not None:
                 return decoded
         self.spark_flushes += 1

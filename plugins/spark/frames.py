@@ -23,6 +23,10 @@ __all__ = ["FrameWriter"]
 log = logging.getLogger("rmqk.plugins.spark.frames")
 
 _JSON_COLUMN = "_rmqk_json_body"
+_TEXT_COLUMN = "_rmqk_text_body"
+_BAD_COLUMN = "_rmqk_bad_body"
+# from_json's own corrupt-record field; only whether it is set is used (see _parsed).
+_CORRUPT_COLUMN = "_rmqk_corrupt_record"
 
 
 class FrameWriter:
@@ -63,33 +67,82 @@ class FrameWriter:
         log.debug("JSON body schema: %s", schema.simpleString())
         self._json_arrow = _fast_json_schema(schema)
 
-    def frame(self, batch: pa.RecordBatch) -> Any:
+    def frame(self, batch: pa.RecordBatch | pa.Table) -> Any:
+        """The DataFrame of a flush: its rows as ``body_format`` says.
+
+        A table is rows already decoded (:meth:`json_rows`), taken as they are.
+        """
         import pyarrow as pa
         from pyspark.sql import functions as F
 
         opts = self.options
+        if isinstance(batch, pa.Table):
+            return self._coalesced(self.session.createDataFrame(batch))
         if opts.body_format == "json" and self._json_arrow is not None:
-            decoded = _decode_json_bodies(batch, self._json_arrow)
+            decoded = _decode_json_bodies(batch, self._json_arrow, opts.corrupt_record_column)
             if decoded is not None:
-                df = self.session.createDataFrame(decoded)
-                if opts.files_per_flush > 0:
-                    df = df.coalesce(opts.files_per_flush)
-                return df
+                return self._coalesced(self.session.createDataFrame(decoded))
         df = self.session.createDataFrame(pa.Table.from_batches([batch]))
         if opts.body_format == "text":
             df = df.withColumn("body", F.col("body").cast("string"))
         elif opts.body_format == "json":
-            assert opts.body_schema is not None
-            parsed = F.from_json(F.col("body").cast("string"), opts.body_schema)
-            keep = [F.col(c) for c in df.columns if c != "body"]
-            df = df.select(*keep, parsed.alias(_JSON_COLUMN)).select(
-                *[c for c in df.columns if c != "body"], f"{_JSON_COLUMN}.*"
-            )
-        if opts.files_per_flush > 0:
-            df = df.coalesce(opts.files_per_flush)
+            df = self._parsed(df)
+        return self._coalesced(df)
+
+    def _parsed(self, df: Any) -> Any:
+        """``from_json`` of the bodies; a body it cannot parse kept raw, its fields null.
+
+        Not parsed: what ``from_json`` (PERMISSIVE) reports as a corrupt record
+        (not JSON, not an object, a value that does not fit its field's type), and
+        a body it returns no row for (an empty one). Spark keeps the fields of a
+        partly matching object; here none are kept, so a row holds either its
+        fields or its raw body. The raw body is the bytes as they came (the same
+        cast as body_format = 'text'), not Spark's UTF-8-repaired copy.
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, StructType
+
+        opts = self.options
+        assert opts.body_schema is not None
+        body = StructType.fromDDL(opts.body_schema)
+        assert isinstance(body, StructType)
+        fields = body.fields
+        schema = StructType([*fields]).add(_CORRUPT_COLUMN, StringType())
+        text = F.col("body").cast("string")
+        parsed = F.from_json(text, schema, {"columnNameOfCorruptRecord": _CORRUPT_COLUMN})
+        keep = [c for c in df.columns if c != "body"]
+        staged = df.select(*keep, parsed.alias(_JSON_COLUMN), text.alias(_TEXT_COLUMN))
+        bad = F.col(_JSON_COLUMN).isNull() | F.col(f"{_JSON_COLUMN}.{_CORRUPT_COLUMN}").isNotNull()
+        staged = staged.select(*keep, _JSON_COLUMN, _TEXT_COLUMN, bad.alias(_BAD_COLUMN))
+        return staged.select(
+            *keep,
+            *[
+                F.when(~F.col(_BAD_COLUMN), F.col(f"{_JSON_COLUMN}.`{f.name}`")).alias(f.name)
+                for f in fields
+            ],
+            F.when(F.col(_BAD_COLUMN), F.col(_TEXT_COLUMN)).alias(opts.corrupt_record_column),
+        )
+
+    def _coalesced(self, df: Any) -> Any:
+        if self.options.files_per_flush > 0:
+            df = df.coalesce(self.options.files_per_flush)
         return df
 
-    def write(self, batch: pa.RecordBatch, staging_dir: str | None = None) -> None:
+    def json_rows(self, batch: pa.RecordBatch) -> pa.Table:
+        """The decoded rows of a JSON flush as Arrow, to count and check before writing.
+
+        pyarrow's when it parses every body; else Spark's, brought back as Arrow
+        (one more job per such flush) so the bad bodies are known before the write.
+        """
+        opts = self.options
+        if self._json_arrow is not None:
+            decoded = _decode_json_bodies(batch, self._json_arrow, opts.corrupt_record_column)
+            if decoded is not None:
+                return decoded
+        table: pa.Table = self.frame(batch).toArrow()
+        return table
+
+    def write(self, batch: pa.RecordBatch | pa.Table, staging_dir: str | None = None) -> None:
         """Append ``batch`` to the output, or write it to ``staging_dir`` (exactly-once)."""
         opts = self.options
         began = time.perf_counter()
@@ -215,8 +268,10 @@ def _fast_json_schema(schema: Any) -> Any:
     return to_arrow_schema(schema)
 
 
-def _decode_json_bodies(batch: pa.RecordBatch, schema: Any) -> pa.Table | None:
+def _decode_json_bodies(
+    batch: pa.RecordBatch, schema: Any, corrupt_record_column: str | None = None
+) -> pa.Table | None:
     """``batch`` with the body replaced by the JSON fields; None if any body needs Spark."""
     from rmqk.plugins.spark.arrow_writer import decode_json_bodies
 
-    return decode_json_bodies(batch, schema)
+    return decode_json_bodies(batch, schema, corrupt_record_column)

@@ -20,6 +20,13 @@ import attrs
 from rmqk.errors import ConfigError
 from rmqk.namespace import check_namespace
 from rmqk.options import OptionInvalid, OptionType, Where, option, parse_options
+from rmqk.plugins.sinks.badbody import (
+    BAD_BODY_ACTIONS,
+    CORRUPT_RECORD_COLUMN,
+    CORRUPT_RECORD_COLUMN_DOC,
+    ON_BAD_BODY_DOC,
+    check_column_name,
+)
 from rmqk.plugins.spark.columns import COLUMN_NAMES
 
 __all__ = [
@@ -119,6 +126,10 @@ class SinkOptions:
         default_text="(none)",
         nullable=True,
     )
+    on_bad_body: str = option(OptionType.STR, ON_BAD_BODY_DOC, "keep", allowed=BAD_BODY_ACTIONS)
+    corrupt_record_column: str = option(
+        OptionType.STR, CORRUPT_RECORD_COLUMN_DOC, CORRUPT_RECORD_COLUMN, check=check_column_name
+    )
     flush_rows: int = option(
         OptionType.INT,
         "Flush when this many rows are buffered, at most this many per flush; rmqk run lets "
@@ -198,6 +209,8 @@ class SinkOptions:
             self.partition_by,
             self.body_format,
             self.body_schema,
+            self.on_bad_body,
+            self.corrupt_record_column,
             self.exactly_once,
             self.files_per_flush,
             self.resolved_writer,
@@ -276,6 +289,9 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
         problem("body_schema", "required with body_format = 'json': the Spark DDL of the body")
     if body_schema is not None and body_format != "json":
         problem("body_schema", "only used with body_format = 'json'")
+    for key in ("on_bad_body", "corrupt_record_column"):
+        if key in own and body_format != "json":
+            problem(key, "only used with body_format = 'json'")
 
     output_columns = [c for c in COLUMN_NAMES if c != "body" or body_format != "json"]
     if body_format == "json" and body_schema is not None:
@@ -289,6 +305,13 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
                     f"field {name!r} clashes with the message column of that name; rename it",
                 )
         output_columns += json_names
+        corrupt = parsed.corrupt_record_column
+        if corrupt in output_columns:
+            problem(
+                "corrupt_record_column",
+                f"{corrupt!r} clashes with the column of that name; columns: "
+                f"{', '.join(output_columns)}",
+            )
     for name in partition_by:
         if name not in output_columns and name not in ("body", "properties"):
             problem(

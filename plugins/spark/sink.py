@@ -37,7 +37,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -47,6 +47,7 @@ from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
 from rmqk.offsets_reset import OffsetsReset
+from rmqk.plugins.sinks.badbody import BadBodyCounter, BadBodyError, why_unparsed
 from rmqk.plugins.sinks.commitlog import CommitEntry, StagingArea, data_files, now_ms
 from rmqk.plugins.sinks.groupcommit import Flush, FlushStats, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.heapfreeze import heap_freeze
@@ -99,6 +100,7 @@ class OutputWriter(GroupCommitSink):
         self._staging: StagingArea | None = None
         self._seq = 0
         self._unpublished: list[CommitEntry] = []
+        self.bad_bodies = BadBodyCounter()
 
     def open_output(self) -> None:
         from rmqk.plugins.spark.arrow_writer import ArrowFileWriter, flat_json_schema
@@ -175,17 +177,76 @@ class OutputWriter(GroupCommitSink):
         self.spark_stats.seconds_arrow += time.monotonic() - began
         return part
 
+    def watch_bad_bodies(self, topics: Collection[str], report: Callable[[str, int], None]) -> None:
+        self.bad_bodies.watch(topics, report)
+
     def write_batch(self, flush: Flush) -> int:
         if self._staging is not None:
             return self._commit_exactly_once(flush, self._staging)
         arrow = self._prepared(flush.prepared) if flush.prepared else self._arrow(flush)
+        arrow, bad = self._decoded(arrow, flush)
         if self._files is not None:
             assert self.options.path is not None
             self._seq += 1
             self._files.write(arrow, Path(self.options.path), self._seq, temporary=True)
         else:
             self._frames.write(arrow)
+        self.bad_bodies.add(bad)
         return int(arrow.num_rows)
+
+    def _decoded(
+        self, arrow: pa.RecordBatch | pa.Table, flush: Flush
+    ) -> tuple[pa.RecordBatch | pa.Table, dict[str, int]]:
+        """With body_format = 'json': the decoded rows and their bad bodies per topic.
+
+        A body that did not parse has null fields and its raw body in the
+        corrupt-record column (:mod:`rmqk.plugins.sinks.badbody`); with
+        ``on_bad_body = "fail"`` the first one raises :class:`BadBodyError` instead,
+        before anything of the flush is written.
+        """
+        opts = self.options
+        if opts.body_format != "json":
+            return arrow, {}
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        assert isinstance(arrow, pa.RecordBatch)
+        if self._files is not None:
+            rows = self._files.rows(arrow)
+        else:
+            rows = self._spark_frames().json_rows(arrow)
+        corrupt = rows.column(opts.corrupt_record_column)
+        if corrupt.null_count == len(corrupt):
+            return rows, {}
+        is_bad = pc.is_valid(corrupt)
+        first = int(pc.indices_nonzero(is_bad.combine_chunks())[0].as_py())
+        queue, msg = _message_at(rows, first, flush)
+        why = why_unparsed(msg.body, opts.body_schema)
+        if opts.on_bad_body == "fail":
+            raise BadBodyError(self.sink_name, queue, msg, why)
+        counts = pc.value_counts(rows.column("topic").filter(is_bad).combine_chunks())
+        bad = {
+            str(topic): int(n)
+            for topic, n in zip(
+                counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True
+            )
+        }
+        log.warning(
+            "spark sink: %d bodies of this flush to %s do not parse with body_schema, kept "
+            "raw in %s (the first: message %s, topic %s, queue %s/%s, offset %s: %s)",
+            sum(bad.values()),
+            opts.target,
+            opts.corrupt_record_column,
+            msg.msg_id,
+            msg.topic,
+            queue.broker_name,
+            queue.queue_id,
+            msg.queue_offset,
+            why,
+        )
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        return rows, bad
 
     def _prepared(self, parts: list[pa.RecordBatch]) -> pa.RecordBatch | pa.Table:
         """What the writer takes of a flush's parts: one batch, or one table of them all."""
@@ -232,6 +293,7 @@ class OutputWriter(GroupCommitSink):
                 self._append(mark)
             return 0
         arrow = self._prepared(flush.prepared) if flush.prepared else self._arrow(flush)
+        arrow, bad = self._decoded(arrow, flush)
         self._seq += 1
         seq = self._seq
         target = staging.flush_dir(seq)
@@ -262,6 +324,7 @@ class OutputWriter(GroupCommitSink):
             staging.discard(seq)
             raise
         self._stage_hook("committed", entry)
+        self.bad_bodies.add(bad)
         self._unpublished.append(entry)
         self._publish_pending()
         self._stage_hook("published", entry)
@@ -306,6 +369,20 @@ class OutputWriter(GroupCommitSink):
 
     def _stage_hook(self, stage: str, entry: CommitEntry) -> None:
         """Called at each step of an exactly-once flush (crash tests pause here)."""
+
+
+def _message_at(
+    rows: pa.RecordBatch | pa.Table, index: int, flush: Flush
+) -> tuple[MessageQueue, MessageExt]:
+    """The flush's message of row ``index``, found by its queue and offset."""
+    key = tuple(
+        rows.column(name)[index].as_py() for name in ("topic", "broker", "queue_id", "queue_offset")
+    )
+    for queue, messages in flush.batches:
+        for m in messages:
+            if (m.topic, queue.broker_name, queue.queue_id, m.queue_offset) == key:
+                return queue, m
+    raise AssertionError(f"row {index} ({key}) is no message of the flush")
 
 
 def _one_batch(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -383,6 +460,14 @@ class SparkSink:
         self._stats = SparkFlushStats()
         # on_offsets_reset and its report, handed to the output's writer (issue 25).
         self._watch: tuple[str, Callable[[OffsetsReset], None]] | None = None
+        # Who counts the bad bodies (the consumers), handed to the writer when it starts.
+        self._watchers: list[tuple[Collection[str], Callable[[str, int], None]]] = []
+
+    def watch_bad_bodies(self, topics: Collection[str], report: Callable[[str, int], None]) -> None:
+        """Report bodies that do not parse (body_format = 'json') to ``report`` by topic."""
+        self._watchers.append((topics, report))
+        if self.writer is not None:
+            self.writer.watch_bad_bodies(topics, report)
 
     @property
     def stats(self) -> SparkFlushStats:
@@ -407,7 +492,8 @@ class SparkSink:
                         None,
                         f"another consumer of this process writes {self.options.target} with "
                         "different options; sinks sharing an output must agree on path, "
-                        "table, format, partition_by, body_format, body_schema, exactly_once, "
+                        "table, format, partition_by, body_format, body_schema, on_bad_body, "
+                        "corrupt_record_column, exactly_once, "
                         "files_per_flush and writer",
                     )
                 ]
@@ -415,6 +501,8 @@ class SparkSink:
         writer.users += 1
         self.writer = writer
         self._stats = writer.spark_stats
+        for topics, report in self._watchers:
+            writer.watch_bad_bodies(topics, report)
         if self._watch is not None:
             # A writer shared by consumers of one output follows the last one started.
             writer.watch_offsets(*self._watch)
