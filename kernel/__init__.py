@@ -38,6 +38,7 @@ _LAZY = {
     "AsyncTransactionProducer": "rmqk.engine.transaction",
     "LocalTransactionState": "rmqk.engine.transaction",
     "TransactionSendResult": "rmqk.engine.transaction",
+    "create_reply_message": "rmqk.engine.request_reply",
 }
 
 
@@ -78,5 +79,6 @@ __all__ = [
     "TransactionProducer",
     "TransactionSendResult",
     "__version__",
+    "create_reply_message",
     "hookimpl",
 ]

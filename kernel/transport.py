@@ -264,6 +264,10 @@ class InboundHandler(Protocol):
         """CHECK_TRANSACTION_STATE from the broker at ``addr``; answered by END_TRANSACTION."""
         ...
 
+    async def receive_reply_message(self, msg: MessageExt) -> None:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: the reply to one of this client's requests."""
+        ...
+
 
 class Transport(Protocol):
     """MQClientAPIImpl over some wire. Every method raises a RemotingError subclass

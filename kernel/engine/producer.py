@@ -20,6 +20,7 @@ key's hash for ordered streams. Failures are handled as Apache RocketMQ 4.9.8's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -37,6 +38,7 @@ from rmqk.engine.fault_strategy import (
 )
 from rmqk.engine.producer_hooks import announce, hooked_send
 from rmqk.engine.producer_options import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
+from rmqk.engine.request_reply import create_correlation_id
 from rmqk.engine.send_request import (
     CommunicationMode,
     Payload,
@@ -50,8 +52,10 @@ from rmqk.errors import (
     ClientError,
     RemotingError,
     RemotingTooMuchRequestError,
+    RequestTimeoutError,
+    RmqkError,
 )
-from rmqk.message import Message, MessageProperty
+from rmqk.message import Message, MessageExt, MessageProperty
 from rmqk.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     MessageQueue,
@@ -68,6 +72,7 @@ __all__ = [
     "AsyncProducer",
     "CommunicationMode",
     "QueueSelector",
+    "check_target",
     "select_by_hash",
     "validate_message",
 ]
@@ -87,6 +92,14 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> Me
     """SelectMessageQueueByHash: the same key always lands on the same queue."""
     value = java_string_hash(arg) if isinstance(arg, str) else hash(arg)
     return queues[abs(value) % len(queues)]
+
+
+def check_target(queue: MessageQueue | None, selector: QueueSelector | None, arg: Any) -> None:
+    """Refuse a send target rmqk would otherwise have to pick from: one queue or one selector."""
+    if queue is not None and selector is not None:
+        raise ClientError("give either queue= or selector=, not both: the send has one target")
+    if selector is None and arg is not None:
+        raise ClientError("arg= is the selector's argument: it needs selector=")
 
 
 def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
@@ -189,6 +202,7 @@ class AsyncProducer:
         self.client: ClientInstance
         self._publish: dict[str, TopicPublishInfo] = {}
         self._owns_client = True
+        self._requested = False  # whether request() has made sure of a heartbeat
 
     async def start(self, client: ClientInstance | None = None) -> None:
         if self.state is not ServiceState.CREATE_JUST:
@@ -298,6 +312,78 @@ class AsyncProducer:
         if self.state is not ServiceState.RUNNING:
             raise ClientError(f"The producer service state not OK, {self.state.value}")
 
+    # -- request-reply ----------------------------------------------------------------
+
+    async def request(
+        self,
+        msg: Message,
+        timeout: float = 3.0,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send ``msg`` as a request and wait up to ``timeout`` seconds for its reply.
+
+        Java's ``request(msg, timeout)`` (and its ``mq`` and ``selector`` forms):
+        ``msg`` gets CORRELATION_ID, REPLY_TO_CLIENT and TTL properties and is sent
+        in the asynchronous mode; the reply a responder sends with
+        :func:`rmqk.create_reply_message` is returned. No reply in time raises
+        :class:`~rmqk.errors.RequestTimeoutError` naming the correlation id; a
+        failed send raises :class:`ClientError` with the send's error as its cause.
+        """
+        self._check_running()
+        check_target(queue, selector, arg)
+        if not timeout > 0:
+            raise ClientError(f"the request timeout must be > 0 seconds, not {timeout!r}")
+        timeout_ms = int(timeout * 1000)
+        begin = now_ms()
+        correlation_id = create_correlation_id()
+        # prepareSendRequest: the caller's message carries them, as in Java.
+        msg.properties[MessageProperty.CORRELATION_ID] = correlation_id
+        msg.properties[MessageProperty.MESSAGE_REPLY_TO_CLIENT] = self.client.client_id
+        msg.properties[MessageProperty.MESSAGE_TTL] = str(timeout_ms)
+        wire_topic = nsutil.wrap(self.namespace, msg.topic)
+        if wire_topic not in self.client.route_table or not self._requested:
+            # A broker pushes a reply only to a client it has a producer heartbeat
+            # from: Java heartbeats when the topic's route is new; rmqk also does on
+            # a producer's first request, as a route looked up before (queues_for,
+            # a send) may have come before any heartbeat reached its brokers.
+            await self._publish_info(wire_topic)
+            await self.client.send_heartbeat_to_all_brokers()
+            self._requested = True
+        futures = self.client.reply_futures
+        waiting = futures.register(correlation_id)
+        try:
+            remaining = timeout_ms - (now_ms() - begin)
+            if remaining < 1:
+                raise self._request_timeout(msg.topic, timeout_ms, correlation_id)
+            try:
+                await self.send_async(
+                    msg, queue=queue, selector=selector, arg=arg, timeout_ms=int(remaining)
+                )
+            except (RmqkError, OSError) as exc:
+                raise ClientError(
+                    f"send request message to <{msg.topic}> fail "
+                    f"(CorrelationId: {correlation_id}): {exc}"
+                ) from exc
+            remaining = timeout_ms - (now_ms() - begin)
+            try:
+                async with asyncio.timeout(max(remaining, 0) / 1000):
+                    return await waiting
+            except TimeoutError:
+                raise self._request_timeout(msg.topic, timeout_ms, correlation_id) from None
+        finally:
+            futures.forget(correlation_id)
+
+    @staticmethod
+    def _request_timeout(topic: str, timeout_ms: int, correlation_id: str) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"send request message to <{topic}> OK, but wait reply message timeout, "
+            f"{timeout_ms} ms (CorrelationId: {correlation_id})",
+            correlation_id=correlation_id,
+        )
+
     async def send(
         self,
         msg: Message,
@@ -308,6 +394,7 @@ class AsyncProducer:
         timeout_ms: int | None = None,
     ) -> SendResult:
         """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
+        check_target(queue, selector, arg)
         ns = self.namespace
         return await nsutil.send_in(ns, self._send_sync, msg, queue, selector, arg, timeout_ms)
 
@@ -351,6 +438,7 @@ class AsyncProducer:
 
         Await it, or wrap it in a task for a send that completes in the background.
         """
+        check_target(queue, selector, arg)
         ns = self.namespace
         return await nsutil.send_in(ns, self._send_async, msg, queue, selector, arg, timeout_ms)
 

@@ -290,6 +290,20 @@ class Producer:
             self._inner.send_async(msg, timeout_ms=timeout_ms), _LoopThread.loop()
         )
 
+    def request(
+        self,
+        msg: Message,
+        timeout: float = 3.0,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send a request and block until its reply; see :meth:`AsyncProducer.request`."""
+        return run_in_loop(
+            self._inner.request(msg, timeout, queue=queue, selector=selector, arg=arg)
+        )
+
     def send_orderly(self, msg: Message, key: str) -> SendResult:
         return run_in_loop(self._inner.send_orderly(msg, key))
 
