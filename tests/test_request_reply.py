@@ -84,6 +84,10 @@ async def test_async_request_returns_the_reply_pushed_by_the_broker(
         assert len(p.client.reply_futures) == 0
     assert reply.body == b"re:ping"
     assert reply.topic == REPLY_TOPIC
+    # ReplyMessageRequestHeader's hosts, "ip:port" as a 4.9.8 broker writes them.
+    assert reply.store_host == broker.broker_addr
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", reply.born_host)
+    assert reply.queue_id == 0 and reply.store_timestamp > 0 and reply.born_timestamp > 0
     props = reply.properties
     assert props[MessageProperty.CORRELATION_ID] == correlation_id
     assert props[MessageProperty.MESSAGE_TYPE] == "reply"
@@ -273,3 +277,38 @@ def test_sync_requester_and_async_responder_in_another_process(broker_thread: An
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_broker_takes_the_v1_reply_header_too(broker: Any) -> None:
+    """SEND_REPLY_MESSAGE (324) carries SendMessageRequestHeader's long names, checked
+    for its @CFNotNull fields as Apache's decoder does."""
+    from engine_support import admin_transport
+
+    from rmqk.message import format_properties
+    from rmqk.protocol import RemotingCommand, RequestCode
+
+    fields: dict[str, object] = {
+        "producerGroup": "p-v1",
+        "topic": REPLY_TOPIC,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 4,
+        "queueId": 0,
+        "sysFlag": 0,
+        "bornTimestamp": 1,
+        "flag": 0,
+        "properties": format_properties(
+            {"MSG_TYPE": "reply", "CORRELATION_ID": "c", "REPLY_TO_CLIENT": "10.1.1.1@v1"}
+        ),
+    }
+    transport = await admin_transport(broker.namesrv_addr)
+    try:
+        cmd = RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE, fields, body=b"r")
+        answer = await transport.invoke(broker.broker_addr, cmd, 5000)
+        assert answer.code == 1
+        assert answer.remark == "push reply message fail, channel of <10.1.1.1@v1> not found."
+        del fields["flag"]
+        cmd = RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE, fields, body=b"r")
+        answer = await transport.invoke(broker.broker_addr, cmd, 5000)
+        assert answer.code == 1 and "flag" in (answer.remark or "")
+    finally:
+        await transport.close()

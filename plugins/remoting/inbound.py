@@ -204,7 +204,8 @@ async def _check_transaction_state(
 
 
 def _socket_address(text: str | None) -> str:
-    """A host a broker names as Java's ``SocketAddress.toString()`` ("name/1.2.3.4:5")."""
+    """A reply's born or store host: "ip:port" from 4.9.8 brokers; the brokers before
+    4.9.x wrote ``SocketAddress.toString()`` ("name/1.2.3.4:5"), read the same."""
     return (text or "").rpartition("/")[2]
 
 

@@ -55,9 +55,9 @@ class ReplyMessageProcessor(Processor):
         props = parse_properties(header.properties)
         store_host = self.ctx.settings.broker_addr
         fields: dict[str, object] = {
-            # Java's SocketAddress.toString() of the two hosts: "/ip:port".
-            "bornHost": f"/{conn.remote_addr}",
-            "storeHost": f"/{store_host}",
+            # 4.9.8 writes both hosts as "ip:port" (getHostAddress() + ":" + port).
+            "bornHost": conn.remote_addr,
+            "storeHost": store_host,
             "storeTimestamp": int(time.time() * 1000),
             "producerGroup": header.producer_group,
             "topic": header.topic,
