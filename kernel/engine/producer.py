@@ -473,14 +473,34 @@ class AsyncProducer:
             raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
         return await self._exchange_async(mq.broker_name, addr, header, payload, remaining, None)
 
-    async def send_oneway(self, msg: Message) -> None:
-        """One attempt, no answer awaited (Java's oneway mode)."""
+    async def send_oneway(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> None:
+        """One attempt, no answer awaited (Java's oneway mode; ``sendOneway(msg, mq)``
+        and ``sendOneway(msg, selector, arg)`` with ``queue=`` or ``selector=``)."""
+        check_target(queue, selector, arg)
+        queue, selector = nsutil.wire_target(self.namespace, queue, selector)
         msg = nsutil.wire_message(self.namespace, msg)
         self._check_running()
         validate_message(msg, self.max_message_size)
-        await self._send_default(
-            self._payload(msg), CommunicationMode.ONEWAY, self.send_msg_timeout
-        )
+        payload = self._payload(msg)
+        if queue is None and selector is None:
+            await self._send_default(payload, CommunicationMode.ONEWAY, self.send_msg_timeout)
+            return
+        begin = now_ms()
+        if queue is None:
+            assert selector is not None
+            info = await self._publish_info(msg.topic)
+            queue = selector(info.queues, msg, arg)
+        remaining = self.send_msg_timeout - (now_ms() - begin)
+        if remaining < 0:
+            raise RemotingTooMuchRequestError("call timeout")
+        await self._send_kernel(queue, payload, CommunicationMode.ONEWAY, remaining)
 
     async def send_orderly(
         self, msg: Message, key: str, timeout_ms: int | None = None
@@ -499,10 +519,30 @@ class AsyncProducer:
 
         Retried as ``send`` is, unless ``queue`` is given.
         """
+        return await self._batch_in(msgs, queue, timeout_ms, CommunicationMode.SYNC)
+
+    async def send_batch_async(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        """``send_batch`` with the asynchronous mode's rules (Java's
+        ``send(Collection, SendCallback)``): retried only when no answer came."""
+        return await self._batch_in(msgs, queue, timeout_ms, CommunicationMode.ASYNC)
+
+    async def _batch_in(
+        self,
+        msgs: Sequence[Message],
+        queue: MessageQueue | None,
+        timeout_ms: int | None,
+        mode: CommunicationMode,
+    ) -> SendResult:
         ns = self.namespace
         queue, _ = nsutil.wire_target(ns, queue, None)
         wire = [nsutil.wire_message(ns, m) for m in msgs] if ns else msgs
-        result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms)
+        result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms, mode=mode)
         return nsutil.user_send_result(ns, result)
 
     async def _send_batch(
@@ -511,7 +551,9 @@ class AsyncProducer:
         *,
         queue: MessageQueue | None,
         timeout_ms: int | None,
+        mode: CommunicationMode = CommunicationMode.SYNC,
     ) -> SendResult:
+        begin = now_ms()
         self._check_running()
         if not msgs:
             raise ClientError("the batch is empty")
@@ -532,10 +574,22 @@ class AsyncProducer:
             )
         payload = Payload(topic=topic, body=body, properties="", batch=True)
         timeout = timeout_ms or self.send_msg_timeout
-        if queue is not None:
-            result = await self._send_kernel(queue, payload, CommunicationMode.SYNC, timeout)
+        if mode is CommunicationMode.ASYNC:
+            if queue is None:
+                result = await self._send_default(payload, mode, timeout - (now_ms() - begin))
+            else:
+                # As send_async to a queue: retried on that queue's broker only.
+                addr, header = await self._prepare(queue, payload)
+                remaining = timeout - (now_ms() - begin)
+                if remaining < 0:
+                    raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
+                result = await self._exchange_async(
+                    queue.broker_name, addr, header, payload, remaining, None
+                )
+        elif queue is not None:
+            result = await self._send_kernel(queue, payload, mode, timeout)
         else:
-            result = await self._send_default(payload, CommunicationMode.SYNC, timeout)
+            result = await self._send_default(payload, mode, timeout)
         assert result is not None
         return result
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer, RebalanceListener
-from rmqk.engine.producer import AsyncProducer, QueueSelector
+from rmqk.engine.producer import AsyncProducer, QueueSelector, check_target
 from rmqk.engine.transaction import (
     AsyncTransactionProducer,
     LocalTransactionState,
@@ -269,6 +269,10 @@ class Producer:
         run_in_loop(self._inner.shutdown())
         _live.discard(self)
 
+    def queues_for(self, topic: str) -> list[MessageQueue]:
+        """The writable queues of ``topic`` (Java's fetchPublishMessageQueues)."""
+        return run_in_loop(self._inner.queues_for(topic))
+
     def send(
         self,
         msg: Message,
@@ -283,35 +287,57 @@ class Producer:
         )
 
     def send_async(
-        self, msg: Message, *, timeout_ms: int | None = None
-    ) -> concurrent.futures.Future[SendResult]:
-        """Java's asynchronous mode: returns at once; the future holds the result or error."""
-        return asyncio.run_coroutine_threadsafe(
-            self._inner.send_async(msg, timeout_ms=timeout_ms), _LoopThread.loop()
-        )
-
-    def request(
         self,
         msg: Message,
-        timeout: float = 3.0,
         *,
         queue: MessageQueue | None = None,
         selector: QueueSelector | None = None,
         arg: Any = None,
-    ) -> MessageExt:
-        """Send a request and block until its reply; see :meth:`AsyncProducer.request`."""
-        return run_in_loop(
-            self._inner.request(msg, timeout, queue=queue, selector=selector, arg=arg)
+        timeout_ms: int | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
+        """Java's asynchronous mode: returns at once; the future holds the result or error."""
+        check_target(queue, selector, arg)  # refused here, not later in the future
+        return asyncio.run_coroutine_threadsafe(
+            self._inner.send_async(
+                msg, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
+            ),
+            _LoopThread.loop(),
         )
 
-    def send_orderly(self, msg: Message, key: str) -> SendResult:
-        return run_in_loop(self._inner.send_orderly(msg, key))
+    def send_orderly(self, msg: Message, key: str, timeout_ms: int | None = None) -> SendResult:
+        return run_in_loop(self._inner.send_orderly(msg, key, timeout_ms=timeout_ms))
 
-    def send_oneway(self, msg: Message) -> None:
-        run_in_loop(self._inner.send_oneway(msg))
+    def send_oneway(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> None:
+        run_in_loop(self._inner.send_oneway(msg, queue=queue, selector=selector, arg=arg))
 
-    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
-        return run_in_loop(self._inner.send_batch(msgs))
+    def send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        return run_in_loop(self._inner.send_batch(msgs, queue=queue, timeout_ms=timeout_ms))
+
+    def send_batch_async(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
+        """``send_batch`` in Java's asynchronous mode: returns at once with a future."""
+        return asyncio.run_coroutine_threadsafe(
+            self._inner.send_batch_async(msgs, queue=queue, timeout_ms=timeout_ms),
+            _LoopThread.loop(),
+        )
 
     def __enter__(self) -> Producer:
         self.start()
