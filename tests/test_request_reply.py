@@ -10,12 +10,15 @@ the request times out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import logging
 import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -232,7 +235,7 @@ _RESPONDER_SCRIPT = textwrap.dedent(
             "g-remote-responder", namesrv_addr=namesrv,
             consume_from_where="CONSUME_FROM_FIRST_OFFSET",
         )
-        consumer.subscribe("ReqX")
+        consumer.subscribe(sys.argv[2])
 
         @consumer.register_listener
         async def answer(msgs):
@@ -251,13 +254,12 @@ _RESPONDER_SCRIPT = textwrap.dedent(
 )
 
 
-def test_sync_requester_and_async_responder_in_another_process(broker_thread: Any) -> None:
-    async def make_topic() -> None:
-        await create_topic(broker_thread, "ReqX", 2)
-
-    asyncio.run(make_topic())
+@contextlib.contextmanager
+def remote_responder(broker_thread: Any, topic: str) -> Iterator[None]:
+    """An async responder of ``topic`` in another process, answering b"remote:" + body."""
+    asyncio.run(create_topic(broker_thread, topic, 2))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _RESPONDER_SCRIPT, broker_thread.namesrv_addr],
+        [sys.executable, "-c", _RESPONDER_SCRIPT, broker_thread.namesrv_addr, topic],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -265,18 +267,36 @@ def test_sync_requester_and_async_responder_in_another_process(broker_thread: An
     try:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().strip() == "ready"
-        with Producer("p-sync-requester", namesrv_addr=broker_thread.namesrv_addr) as p:
-            first = p.request(Message("ReqX", b"one"), timeout=30)
-            second = p.request(Message("ReqX", b"two"), 30, selector=select_by_hash, arg="k")
-        assert first.body == b"remote:one"
-        assert second.body == b"remote:two"
-        assert first.topic == second.topic == REPLY_TOPIC
+        yield
         proc.stdin.close()
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sync_requester_and_async_responder_in_another_process(broker_thread: Any) -> None:
+    with (
+        remote_responder(broker_thread, "ReqX"),
+        Producer("p-sync-requester", namesrv_addr=broker_thread.namesrv_addr) as p,
+    ):
+        first = p.request(Message("ReqX", b"one"), timeout=30)
+        second = p.request(Message("ReqX", b"two"), 30, selector=select_by_hash, arg="k")
+    assert first.body == b"remote:one"
+    assert second.body == b"remote:two"
+    assert first.topic == second.topic == REPLY_TOPIC
+
+
+def test_the_migration_guide_request_example_runs(broker_thread: Any) -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "migration-from-java.md"
+    blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.M | re.S)
+    (block,) = [b for b in blocks if ".request(" in b]
+    code = block.replace("127.0.0.1:9876", broker_thread.namesrv_addr)
+    out = io.StringIO()
+    with remote_responder(broker_thread, "Rpc"), contextlib.redirect_stdout(out):
+        exec(compile(code, "migration-from-java.md", "exec"), {})
+    assert out.getvalue().strip() == "b'remote:ping'"
 
 
 async def test_broker_takes_the_v1_reply_header_too(broker: Any) -> None:

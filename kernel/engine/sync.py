@@ -304,6 +304,20 @@ class Producer:
             _LoopThread.loop(),
         )
 
+    def request(
+        self,
+        msg: Message,
+        timeout: float = 3.0,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send a request and block until its reply; see :meth:`AsyncProducer.request`."""
+        return run_in_loop(
+            self._inner.request(msg, timeout, queue=queue, selector=selector, arg=arg)
+        )
+
     def send_orderly(self, msg: Message, key: str, timeout_ms: int | None = None) -> SendResult:
         return run_in_loop(self._inner.send_orderly(msg, key, timeout_ms=timeout_ms))
 
