@@ -419,4 +419,6 @@ class Transport(Protocol):
         write_queue_nums: int = 4,
         perm: int = 6,
         timeout_ms: int | None = None,
+        default_topic: str = "TBW102",
+        topic_sys_flag: int = 0,
     ) -> None: ...

@@ -55,8 +55,9 @@ from rmqk.errors import (
     RequestTimeoutError,
     RmqkError,
 )
-from rmqk.message import Message, MessageExt, MessageProperty
+from rmqk.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model import (
+    MASTER_ID,
     RETRY_GROUP_TOPIC_PREFIX,
     MessageQueue,
     SendResult,
@@ -80,6 +81,8 @@ __all__ = [
 log = logging.getLogger("rmqk.engine.producer")
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
+# MQAdminImpl.timeoutMillis: the admin calls' timeout.
+ADMIN_TIMEOUT_MS = 6000
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 COMPRESS_OVER = 4096
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -311,6 +314,106 @@ class AsyncProducer:
     def _check_running(self) -> None:
         if self.state is not ServiceState.RUNNING:
             raise ClientError(f"The producer service state not OK, {self.state.value}")
+
+    # -- MQAdmin (Java's DefaultMQProducer implements it through MQAdminImpl) -----------
+
+    async def _admin_addr(self, mq: MessageQueue) -> str:
+        """MQAdminImpl's broker lookup: the publish address, the route refreshed if unknown."""
+        addr = self.client.find_broker_address_in_publish(mq.broker_name)
+        if addr is None:
+            await self.client.update_topic_route(mq.topic)
+            addr = self.client.find_broker_address_in_publish(mq.broker_name)
+        if addr is None:
+            raise ClientError(f"The broker[{mq.broker_name}] not exist")
+        return addr
+
+    async def _admin_query(self, mq: MessageQueue, call: Callable[[str, MessageQueue], Any]) -> int:
+        self._check_running()
+        mq = nsutil.wrap_queue(self.namespace, mq)
+        addr = await self._admin_addr(mq)
+        try:
+            return int(await call(addr, mq))
+        except RmqkError as exc:
+            raise ClientError(f"Invoke Broker[{addr}] exception: {exc}") from exc
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The queue offset of the first message stored at or after ``timestamp_ms``."""
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.search_offset(addr, q, timestamp_ms, ADMIN_TIMEOUT_MS)
+        )
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.get_max_offset(addr, q, ADMIN_TIMEOUT_MS)
+        )
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.get_min_offset(addr, q, ADMIN_TIMEOUT_MS)
+        )
+
+    async def earliest_msg_store_time(self, mq: MessageQueue) -> int:
+        """The store time (ms) of the queue's earliest message."""
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.get_earliest_msg_store_time(addr, q, ADMIN_TIMEOUT_MS)
+        )
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message with this offset message id (``SendResult.offset_msg_id``), read
+        from the broker the id names (MQAdminImpl.viewMessage)."""
+        self._check_running()
+        try:
+            addr, offset = decode_offset_msg_id(offset_msg_id)
+        except ValueError as exc:
+            raise ClientError("query message by id finished, but no message.") from exc
+        return await self.client.transport.view_message(addr, offset, ADMIN_TIMEOUT_MS)
+
+    async def create_topic(
+        self, key: str, new_topic: str, queue_num: int, topic_sys_flag: int = 0
+    ) -> None:
+        """Create ``new_topic`` with ``queue_num`` read and write queues on every master of
+        the brokers serving ``key`` (MQAdminImpl.createTopic; ``key`` is usually TBW102)."""
+        self._check_running()
+        new_topic = nsutil.wrap(self.namespace, new_topic)
+        validate_message(Message(new_topic, b"x"))  # Validators.checkTopic
+        if nsutil.is_system_resource(new_topic):
+            raise ClientError(f"The topic[{new_topic}] is conflict with system topic.")
+        transport = self.client.transport
+        try:
+            route = await transport.get_route(key, ADMIN_TIMEOUT_MS)
+        except RmqkError as exc:
+            raise ClientError(f"create new topic failed: {exc}") from exc
+        if route is None or not route.broker_datas:
+            raise ClientError("create new topic failed: Not found broker, maybe key is wrong")
+        created, error = False, None
+        for broker in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = broker.broker_addrs.get(MASTER_ID)
+            if addr is None:
+                continue
+            for attempt in range(5):
+                try:
+                    await transport.create_topic(
+                        addr,
+                        new_topic,
+                        queue_num,
+                        queue_num,
+                        timeout_ms=ADMIN_TIMEOUT_MS,
+                        default_topic=key,
+                        topic_sys_flag=topic_sys_flag,
+                    )
+                    created = True
+                    break
+                except RmqkError as exc:
+                    if attempt == 4:
+                        error = exc
+        if error is not None and not created:
+            raise ClientError(
+                f"create new topic failed: create topic to broker exception: {error}"
+            ) from error
 
     # -- request-reply ----------------------------------------------------------------
 

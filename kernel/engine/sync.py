@@ -121,6 +121,16 @@ class PushConsumer:
             _live.discard(self)
             _keep_alive.discard(self)
 
+    # The brokers' view of a queue, as the async consumer's.
+    def min_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.min_offset(mq))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.max_offset(mq))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return run_in_loop(self._inner.search_offset(mq, timestamp_ms))
+
     def pause(self) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.pause)
 
@@ -236,6 +246,16 @@ class LitePullConsumer:
     def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         return run_in_loop(self._inner.offsets_for_times(timestamps))
 
+    # The brokers' view of a queue, as the async consumer's.
+    def min_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.min_offset(mq))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.max_offset(mq))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return run_in_loop(self._inner.search_offset(mq, timestamp_ms))
+
     def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         return run_in_loop(self._inner.fetch_message_queues(topic))
 
@@ -317,6 +337,27 @@ class Producer:
         return run_in_loop(
             self._inner.request(msg, timeout, queue=queue, selector=selector, arg=arg)
         )
+
+    # MQAdmin, as AsyncProducer's
+    def create_topic(
+        self, key: str, new_topic: str, queue_num: int, topic_sys_flag: int = 0
+    ) -> None:
+        run_in_loop(self._inner.create_topic(key, new_topic, queue_num, topic_sys_flag))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return run_in_loop(self._inner.search_offset(mq, timestamp_ms))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.max_offset(mq))
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.min_offset(mq))
+
+    def earliest_msg_store_time(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.earliest_msg_store_time(mq))
+
+    def view_message(self, offset_msg_id: str) -> MessageExt:
+        return run_in_loop(self._inner.view_message(offset_msg_id))
 
     def send_orderly(self, msg: Message, key: str, timeout_ms: int | None = None) -> SendResult:
         return run_in_loop(self._inner.send_orderly(msg, key, timeout_ms=timeout_ms))

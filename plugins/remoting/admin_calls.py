@@ -14,10 +14,6 @@ from rmqk.protocol import RemotingCommand, RequestCode
 
 __all__ = ["AdminCalls"]
 
-# The topic whose settings a new topic copies (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC).
-_TBW102 = "TBW102"
-
-
 class AdminCalls(RemotingClient):
     async def _queue_query(
         self,
@@ -88,18 +84,22 @@ class AdminCalls(RemotingClient):
         write_queue_nums: int = 4,
         perm: int = 6,
         timeout_ms: int | None = None,
+        # The topic whose settings a new topic copies (AUTO_CREATE_TOPIC_KEY_TOPIC).
+        default_topic: str = "TBW102",
+        topic_sys_flag: int = 0,
     ) -> None:
         addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.UPDATE_AND_CREATE_TOPIC,
             {
                 "topic": topic,
-                "defaultTopic": _TBW102,
+                # MQAdmin.createTopic's key; TBW102 for the tools.
+                "defaultTopic": default_topic,
                 "readQueueNums": read_queue_nums,
                 "writeQueueNums": write_queue_nums,
                 "perm": perm,
                 "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": 0,
+                "topicSysFlag": topic_sys_flag,
                 "order": False,
             },
         )
