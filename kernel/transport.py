@@ -393,6 +393,21 @@ class Transport(Protocol):
         self, addr: str, commit_log_offset: int, timeout_ms: int | None = None
     ) -> MessageExt: ...
 
+    async def query_message(
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_timestamp: int,
+        end_timestamp: int,
+        unique_key: bool = False,
+        timeout_ms: int | None = None,
+    ) -> tuple[int, list[MessageExt]]:
+        """QUERY_MESSAGE: (indexLastUpdateTimestamp, the messages the index matched by
+        hash); BrokerError on any answer but SUCCESS."""
+        ...
+
     # broker: producing
     def encode_batch(self, messages: Sequence[Message]) -> bytes:
         """The SEND_BATCH_MESSAGE body for ``messages`` (the producer sends it as-is)."""

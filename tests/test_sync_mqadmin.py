@@ -1,6 +1,7 @@
 """Java's MQAdmin methods on the blocking clients, over real TCP against the embedded broker:
-the producer's createTopic, searchOffset, max/minOffset, earliestMsgStoreTime and
-viewMessage, and the sync consumers' min/max/search offsets as the async ones have them."""
+the producer's createTopic, searchOffset, max/minOffset, earliestMsgStoreTime,
+viewMessage and queryMessage, and the sync consumers' min/max/search offsets as the
+async ones have them."""
 
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ def test_sync_producer_mqadmin_methods(broker_thread: Any) -> None:
         assert viewed.body == b"m1" and viewed.queue_offset == 1
         with pytest.raises(ClientError, match="no message"):
             p.view_message("not-an-id")
+        p.send(Message("AdminMade", b"keyed", keys=["order-1", "other"]))
+        p.send(Message("AdminMade", b"unkeyed"))
+        now = int(time.time() * 1000)
+        found = p.query_message("AdminMade", "order-1", 32, before - 60_000, now + 60_000)
+        assert [m.body for m in found.messages] == [b"keyed"]
+        assert found.index_last_update_timestamp > 0
+        with pytest.raises(ClientError, match="by key finished, but no message"):
+            p.query_message("AdminMade", "no-such-key", 32, 0, now + 60_000)
         with pytest.raises(ClientError, match="conflict with system topic"):
             p.create_topic("TBW102", "SELF_TEST_TOPIC", 1)
         with pytest.raises(ClientError, match="maybe key is wrong"):

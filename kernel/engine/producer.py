@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+import attrs
+
 from rmqk import namespace as nsutil
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.fault_strategy import (
@@ -72,6 +74,7 @@ from rmqk.uniq_id import create_uniq_id
 __all__ = [
     "AsyncProducer",
     "CommunicationMode",
+    "QueryResult",
     "QueueSelector",
     "check_target",
     "select_by_hash",
@@ -95,6 +98,14 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> Me
     """SelectMessageQueueByHash: the same key always lands on the same queue."""
     value = java_string_hash(arg) if isinstance(arg, str) else hash(arg)
     return queues[abs(value) % len(queues)]
+
+
+@attrs.frozen
+class QueryResult:
+    """Java's QueryResult: what a query by key found, and how fresh the brokers' index was."""
+
+    index_last_update_timestamp: int
+    messages: tuple[MessageExt, ...]
 
 
 def check_target(queue: MessageQueue | None, selector: QueueSelector | None, arg: Any) -> None:
@@ -371,6 +382,54 @@ class AsyncProducer:
         except ValueError as exc:
             raise ClientError("query message by id finished, but no message.") from exc
         return await self.client.transport.view_message(addr, offset, ADMIN_TIMEOUT_MS)
+
+    async def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryResult:
+        """The messages of ``topic`` with ``key`` among their KEYS stored in [begin, end] ms
+        (MQAdminImpl.queryMessage): every broker of the topic is asked (its master, else
+        a replica); the index matches hashes, so other keys are dropped here, as in Java.
+        Nothing found raises ClientError, as Java's NO_MESSAGE."""
+        self._check_running()
+        wire_topic = nsutil.wrap(self.namespace, topic)
+        route = self.client.route_table.get(wire_topic)
+        if route is None:
+            await self.client.update_topic_route(wire_topic)
+            route = self.client.route_table.get(wire_topic)
+        addrs = [a for a in (b.select_addr() for b in route.broker_datas) if a] if route else []
+        if not addrs:
+            raise ClientError(f"The topic[{topic}] not matched route info")
+        transport = self.client.transport
+        answers = await asyncio.gather(
+            *(
+                transport.query_message(
+                    addr, wire_topic, key, max_num, begin, end, False, ADMIN_TIMEOUT_MS * 3
+                )
+                for addr in addrs
+            ),
+            return_exceptions=True,
+        )
+        last_update = 0
+        found: list[MessageExt] = []
+        for addr, answer in zip(addrs, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, RmqkError | OSError):
+                    raise answer
+                # Java logs a broker that failed and goes on with the others.
+                log.warning("queryMessage at %s failed: %s", addr, answer)
+                continue
+            stamp, messages = answer
+            last_update = max(last_update, stamp)
+            for m in messages:
+                keys = (m.keys or "").split(MessageProperty.KEY_SEPARATOR)
+                if m.topic == wire_topic and key in keys:
+                    m.topic = nsutil.unwrap(self.namespace, m.topic)
+                    found.append(m)
+                else:
+                    log.warning("queryMessage, find message key not matched, maybe hash duplicate")
+        if not found:
+            raise ClientError("query message by key finished, but no message.")
+        return QueryResult(last_update, tuple(found))
 
     async def create_topic(
         self, key: str, new_topic: str, queue_num: int, topic_sys_flag: int = 0

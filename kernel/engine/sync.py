@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer, RebalanceListener
-from rmqk.engine.producer import AsyncProducer, QueueSelector, check_target
+from rmqk.engine.producer import AsyncProducer, QueryResult, QueueSelector, check_target
 from rmqk.engine.transaction import (
     AsyncTransactionProducer,
     LocalTransactionState,
@@ -358,6 +358,11 @@ class Producer:
 
     def view_message(self, offset_msg_id: str) -> MessageExt:
         return run_in_loop(self._inner.view_message(offset_msg_id))
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryResult:
+        return run_in_loop(self._inner.query_message(topic, key, max_num, begin, end))
 
     def send_orderly(self, msg: Message, key: str, timeout_ms: int | None = None) -> SendResult:
         return run_in_loop(self._inner.send_orderly(msg, key, timeout_ms=timeout_ms))

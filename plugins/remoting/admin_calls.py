@@ -76,6 +76,35 @@ class AdminCalls(RemotingClient):
             )
         return messages[0]
 
+    async def query_message(
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_timestamp: int,
+        end_timestamp: int,
+        unique_key: bool = False,
+        timeout_ms: int | None = None,
+    ) -> tuple[int, list[MessageExt]]:
+        cmd = RemotingCommand.request(
+            RequestCode.QUERY_MESSAGE,
+            {
+                "topic": topic,
+                "key": key,
+                "maxNum": max_num,
+                "beginTimestamp": begin_timestamp,
+                "endTimestamp": end_timestamp,
+                # MixAll.UNIQUE_MSG_QUERY_FLAG, always sent by MQClientAPIImpl.queryMessage.
+                "_UNIQUE_KEY_QUERY": "true" if unique_key else "false",
+            },
+        )
+        target = self.vip(addr)
+        response = await self.invoke(target, cmd, timeout_ms)
+        check_success(response, target)
+        stamp = header_int(response, "indexLastUpdateTimestamp", target)
+        return stamp, decode_messages(response.body, self.broker_name_of(addr))
+
     async def create_topic(
         self,
         addr: str,
