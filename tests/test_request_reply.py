@@ -332,3 +332,13 @@ async def test_broker_takes_the_v1_reply_header_too(broker: Any) -> None:
         assert answer.code == 1 and "flag" in (answer.remark or "")
     finally:
         await transport.close()
+
+
+async def test_a_compressed_reply_arrives_inflated(broker: Any, responder: Responder) -> None:
+    # Over compress_msg_body_over_howmuch the responder's producer deflates the reply; the
+    # broker pushes it with the compressed flag and the requester inflates it.
+    body = b"0123456789" * 2000
+    async with AsyncProducer("p-requester-big", namesrv_addr=broker.namesrv_addr) as p:
+        reply = await p.request(Message("Req", body), timeout=30)
+    assert reply.sys_flag & 0x1
+    assert reply.body == b"re:" + body
