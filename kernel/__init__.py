@@ -41,6 +41,7 @@ _LAZY = {
     "TransactionSendResult": "rmqk.engine.transaction",
     "RangeReader": "rmqk.engine.reader",
     "ReaderSettings": "rmqk.engine.reader",
+    "create_reply_message": "rmqk.engine.request_reply",
 }
 
 
@@ -84,5 +85,6 @@ __all__ = [
     "TransactionProducer",
     "TransactionSendResult",
     "__version__",
+    "create_reply_message",
     "hookimpl",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "RemotingSendError",
     "RemotingTimeoutError",
     "RemotingTooMuchRequestError",
+    "RequestTimeoutError",
     "RmqkError",
     "SendFailedError",
     "SinkHalted",
@@ -94,6 +95,21 @@ class SendFailedError(ClientError):
         self.response_code = response_code
         self.attempts = attempts
         self.brokers_sent = brokers_sent
+        super().__init__(message)
+
+
+class RequestTimeoutError(ClientError):
+    """A request was sent but no reply came in time (Java's RequestTimeoutException).
+
+    ``correlation_id`` names the request (its CORRELATION_ID property), so a reply
+    that arrives later can be matched to it in the log.
+    """
+
+    # ClientErrorCode.REQUEST_TIMEOUT_EXCEPTION
+    response_code = 10006
+
+    def __init__(self, message: str, *, correlation_id: str) -> None:
+        self.correlation_id = correlation_id
         super().__init__(message)
 
 

@@ -49,6 +49,13 @@ class MessageProperty:
     CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
     INSTANCE_ID = "INSTANCE_ID"
     CLUSTER = "CLUSTER"
+    # Request-reply (RocketMQ 4.6+): what a request carries and its reply echoes.
+    CORRELATION_ID = "CORRELATION_ID"
+    MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    MESSAGE_TTL = "TTL"
+    REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    MESSAGE_TYPE = "MSG_TYPE"
     KEY_SEPARATOR = " "
 
 

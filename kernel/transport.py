@@ -286,6 +286,10 @@ class InboundHandler(Protocol):
         """CHECK_TRANSACTION_STATE from the broker at ``addr``; answered by END_TRANSACTION."""
         ...
 
+    async def receive_reply_message(self, msg: MessageExt) -> None:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: the reply to one of this client's requests."""
+        ...
+
 
 class Transport(Protocol):
     """MQClientAPIImpl over some wire. Every method raises a RemotingError subclass
@@ -411,6 +415,21 @@ class Transport(Protocol):
         self, addr: str, commit_log_offset: int, timeout_ms: int | None = None
     ) -> MessageExt: ...
 
+    async def query_message(
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_timestamp: int,
+        end_timestamp: int,
+        unique_key: bool = False,
+        timeout_ms: int | None = None,
+    ) -> tuple[int, list[MessageExt]]:
+        """QUERY_MESSAGE: (indexLastUpdateTimestamp, the messages the index matched by
+        hash); BrokerError on any answer but SUCCESS."""
+        ...
+
     # broker: producing
     def encode_batch(self, messages: Sequence[Message]) -> bytes:
         """The SEND_BATCH_MESSAGE body for ``messages`` (the producer sends it as-is)."""
@@ -437,4 +456,6 @@ class Transport(Protocol):
         write_queue_nums: int = 4,
         perm: int = 6,
         timeout_ms: int | None = None,
+        default_topic: str = "TBW102",
+        topic_sys_flag: int = 0,
     ) -> None: ...

@@ -357,9 +357,11 @@ def test_check_reports_five_mistakes_in_three_tables_at_once(
         "rmqk: error: 5 problems in config:",
         f"  {path}: [consumers.a] pull_batch_size: pull_batch_size Out of range [1, 1024], got -5",
         f"  {path}: [consumers.a.sink_options] fsynk: jsonl: unknown option "
-        "(did you mean 'fsync'?); allowed: path, body_format, on_bad_body, corrupt_record_column, fsync",
+        "(did you mean 'fsync'?); allowed: path, body_format, on_bad_body, "
+        "corrupt_record_column, fsync",
         f"  {path}: [consumers.b.sink_options] body_fromat: jsonl: unknown option "
-        "(did you mean 'body_format'?); allowed: path, body_format, on_bad_body, corrupt_record_column, fsync",
+        "(did you mean 'body_format'?); allowed: path, body_format, on_bad_body, "
+        "corrupt_record_column, fsync",
         f"  {path}: [consumers.c.sink_options] body_format: jsonl: must be one of text, "
         "base64, json, got 'xml'",
         f"  {path}: [consumers.c.offset_store_options] direcotry: local-file: unknown option; "

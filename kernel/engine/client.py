@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from rmqk.engine.request_reply import ReplyFutures
 from rmqk.errors import ClientError, RemotingError, RmqkError
 from rmqk.message import MessageExt, MessageProperty
 from rmqk.model import (
@@ -198,6 +199,8 @@ class ClientInstance:
         self._route_lock = asyncio.Lock()
         self._loop_id = id(asyncio.get_running_loop())
         self.inner_producer: Any = None
+        # Requests of this client's producers waiting for their reply (request-reply).
+        self.reply_futures = ReplyFutures()
         # Why no name server answered the last route request; None once one did.
         self.namesrv_error: str | None = None
 
@@ -620,6 +623,10 @@ class ClientInstance:
             log.debug("checkTransactionState, pick producer by group[%s] failed", group)
             return
         answer(addr, msg, header)
+
+    async def receive_reply_message(self, msg: MessageExt) -> None:
+        # ClientRemotingProcessor.processReplyMessage: matched by CORRELATION_ID.
+        self.reply_futures.deliver(msg)
 
 
 def _jstack() -> str:

@@ -20,11 +20,14 @@ key's hash for ordered streams. Failures are handled as Apache RocketMQ 4.9.8's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
+
+import attrs
 
 from rmqk import namespace as nsutil
 from rmqk.client_options import ClientOptions, resolve_client_options
@@ -37,6 +40,7 @@ from rmqk.engine.fault_strategy import (
 )
 from rmqk.engine.producer_hooks import announce, hooked_send
 from rmqk.engine.producer_options import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
+from rmqk.engine.request_reply import create_correlation_id
 from rmqk.engine.send_request import (
     CommunicationMode,
     Payload,
@@ -51,9 +55,12 @@ from rmqk.errors import (
     ClientError,
     RemotingError,
     RemotingTooMuchRequestError,
+    RequestTimeoutError,
+    RmqkError,
 )
-from rmqk.message import Message, MessageProperty
+from rmqk.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model import (
+    MASTER_ID,
     RETRY_GROUP_TOPIC_PREFIX,
     MessageQueue,
     SendResult,
@@ -69,7 +76,9 @@ from rmqk.uniq_id import create_uniq_id
 __all__ = [
     "AsyncProducer",
     "CommunicationMode",
+    "QueryResult",
     "QueueSelector",
+    "check_target",
     "select_by_hash",
     "validate_message",
 ]
@@ -77,6 +86,8 @@ __all__ = [
 log = logging.getLogger("rmqk.engine.producer")
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
+# MQAdminImpl.timeoutMillis: the admin calls' timeout.
+ADMIN_TIMEOUT_MS = 6000
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 COMPRESS_OVER = 4096
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -89,6 +100,22 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> Me
     """SelectMessageQueueByHash: the same key always lands on the same queue."""
     value = java_string_hash(arg) if isinstance(arg, str) else hash(arg)
     return queues[abs(value) % len(queues)]
+
+
+@attrs.frozen
+class QueryResult:
+    """Java's QueryResult: what a query by key found, and how fresh the brokers' index was."""
+
+    index_last_update_timestamp: int
+    messages: tuple[MessageExt, ...]
+
+
+def check_target(queue: MessageQueue | None, selector: QueueSelector | None, arg: Any) -> None:
+    """Refuse a send target rmqk would otherwise have to pick from: one queue or one selector."""
+    if queue is not None and selector is not None:
+        raise ClientError("give either queue= or selector=, not both: the send has one target")
+    if selector is None and arg is not None:
+        raise ClientError("arg= is the selector's argument: it needs selector=")
 
 
 def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
@@ -207,6 +234,7 @@ class AsyncProducer:
         self._owns_client = True
         # This producer's own send hooks (register_send_message_hook).
         self.send_hooks: list[Any] = []
+        self._requested = False  # whether request() has made sure of a heartbeat
 
     def register_send_message_hook(self, hook: Any) -> Any:
         """Add a send hook of this producer only (Java's registerSendMessageHook).
@@ -333,6 +361,226 @@ class AsyncProducer:
         if self.state is not ServiceState.RUNNING:
             raise ClientError(f"The producer service state not OK, {self.state.value}")
 
+    # -- MQAdmin (Java's DefaultMQProducer implements it through MQAdminImpl) -----------
+
+    async def _admin_addr(self, mq: MessageQueue) -> str:
+        """MQAdminImpl's broker lookup: the publish address, the route refreshed if unknown."""
+        addr = self.client.find_broker_address_in_publish(mq.broker_name)
+        if addr is None:
+            await self.client.update_topic_route(mq.topic)
+            addr = self.client.find_broker_address_in_publish(mq.broker_name)
+        if addr is None:
+            raise ClientError(f"The broker[{mq.broker_name}] not exist")
+        return addr
+
+    async def _admin_query(self, mq: MessageQueue, call: Callable[[str, MessageQueue], Any]) -> int:
+        self._check_running()
+        mq = nsutil.wrap_queue(self.namespace, mq)
+        addr = await self._admin_addr(mq)
+        try:
+            return int(await call(addr, mq))
+        except RmqkError as exc:
+            raise ClientError(f"Invoke Broker[{addr}] exception: {exc}") from exc
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The queue offset of the first message stored at or after ``timestamp_ms``."""
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.search_offset(addr, q, timestamp_ms, ADMIN_TIMEOUT_MS)
+        )
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.get_max_offset(addr, q, ADMIN_TIMEOUT_MS)
+        )
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.get_min_offset(addr, q, ADMIN_TIMEOUT_MS)
+        )
+
+    async def earliest_msg_store_time(self, mq: MessageQueue) -> int:
+        """The store time (ms) of the queue's earliest message."""
+        t = self.client.transport
+        return await self._admin_query(
+            mq, lambda addr, q: t.get_earliest_msg_store_time(addr, q, ADMIN_TIMEOUT_MS)
+        )
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message with this offset message id (``SendResult.offset_msg_id``), read
+        from the broker the id names (MQAdminImpl.viewMessage)."""
+        self._check_running()
+        try:
+            addr, offset = decode_offset_msg_id(offset_msg_id)
+        except ValueError as exc:
+            raise ClientError("query message by id finished, but no message.") from exc
+        return await self.client.transport.view_message(addr, offset, ADMIN_TIMEOUT_MS)
+
+    async def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryResult:
+        """The messages of ``topic`` with ``key`` among their KEYS stored in [begin, end] ms
+        (MQAdminImpl.queryMessage): every broker of the topic is asked (its master, else
+        a replica); the index matches hashes, so other keys are dropped here, as in Java.
+        Nothing found raises ClientError, as Java's NO_MESSAGE."""
+        self._check_running()
+        wire_topic = nsutil.wrap(self.namespace, topic)
+        route = self.client.route_table.get(wire_topic)
+        if route is None:
+            await self.client.update_topic_route(wire_topic)
+            route = self.client.route_table.get(wire_topic)
+        addrs = [a for a in (b.select_addr() for b in route.broker_datas) if a] if route else []
+        if not addrs:
+            raise ClientError(f"The topic[{topic}] not matched route info")
+        transport = self.client.transport
+        answers = await asyncio.gather(
+            *(
+                transport.query_message(
+                    addr, wire_topic, key, max_num, begin, end, False, ADMIN_TIMEOUT_MS * 3
+                )
+                for addr in addrs
+            ),
+            return_exceptions=True,
+        )
+        last_update = 0
+        found: list[MessageExt] = []
+        for addr, answer in zip(addrs, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, RmqkError | OSError):
+                    raise answer
+                # Java logs a broker that failed and goes on with the others.
+                log.warning("queryMessage at %s failed: %s", addr, answer)
+                continue
+            stamp, messages = answer
+            last_update = max(last_update, stamp)
+            for m in messages:
+                keys = (m.keys or "").split(MessageProperty.KEY_SEPARATOR)
+                if m.topic == wire_topic and key in keys:
+                    m.topic = nsutil.unwrap(self.namespace, m.topic)
+                    found.append(m)
+                else:
+                    log.warning("queryMessage, find message key not matched, maybe hash duplicate")
+        if not found:
+            raise ClientError("query message by key finished, but no message.")
+        return QueryResult(last_update, tuple(found))
+
+    async def create_topic(
+        self, key: str, new_topic: str, queue_num: int, topic_sys_flag: int = 0
+    ) -> None:
+        """Create ``new_topic`` with ``queue_num`` read and write queues on every master of
+        the brokers serving ``key`` (MQAdminImpl.createTopic; ``key`` is usually TBW102)."""
+        self._check_running()
+        new_topic = nsutil.wrap(self.namespace, new_topic)
+        validate_message(Message(new_topic, b"x"))  # Validators.checkTopic
+        if nsutil.is_system_resource(new_topic):
+            raise ClientError(f"The topic[{new_topic}] is conflict with system topic.")
+        transport = self.client.transport
+        try:
+            route = await transport.get_route(key, ADMIN_TIMEOUT_MS)
+        except RmqkError as exc:
+            raise ClientError(f"create new topic failed: {exc}") from exc
+        if route is None or not route.broker_datas:
+            raise ClientError("create new topic failed: Not found broker, maybe key is wrong")
+        created, error = False, None
+        for broker in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = broker.broker_addrs.get(MASTER_ID)
+            if addr is None:
+                continue
+            for attempt in range(5):
+                try:
+                    await transport.create_topic(
+                        addr,
+                        new_topic,
+                        queue_num,
+                        queue_num,
+                        timeout_ms=ADMIN_TIMEOUT_MS,
+                        default_topic=key,
+                        topic_sys_flag=topic_sys_flag,
+                    )
+                    created = True
+                    break
+                except RmqkError as exc:
+                    if attempt == 4:
+                        error = exc
+        if error is not None and not created:
+            raise ClientError(
+                f"create new topic failed: create topic to broker exception: {error}"
+            ) from error
+
+    # -- request-reply ----------------------------------------------------------------
+
+    async def request(
+        self,
+        msg: Message,
+        timeout: float = 3.0,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send ``msg`` as a request and wait up to ``timeout`` seconds for its reply.
+
+        Java's ``request(msg, timeout)`` (and its ``mq`` and ``selector`` forms):
+        ``msg`` gets CORRELATION_ID, REPLY_TO_CLIENT and TTL properties and is sent
+        in the asynchronous mode; the reply a responder sends with
+        :func:`rmqk.create_reply_message` is returned. No reply in time raises
+        :class:`~rmqk.errors.RequestTimeoutError` naming the correlation id; a
+        failed send raises :class:`ClientError` with the send's error as its cause.
+        """
+        self._check_running()
+        check_target(queue, selector, arg)
+        if not timeout > 0:
+            raise ClientError(f"the request timeout must be > 0 seconds, not {timeout!r}")
+        timeout_ms = int(timeout * 1000)
+        begin = now_ms()
+        correlation_id = create_correlation_id()
+        # prepareSendRequest: the caller's message carries them, as in Java.
+        msg.properties[MessageProperty.CORRELATION_ID] = correlation_id
+        msg.properties[MessageProperty.MESSAGE_REPLY_TO_CLIENT] = self.client.client_id
+        msg.properties[MessageProperty.MESSAGE_TTL] = str(timeout_ms)
+        wire_topic = nsutil.wrap(self.namespace, msg.topic)
+        if wire_topic not in self.client.route_table or not self._requested:
+            # A broker pushes a reply only to a client it has a producer heartbeat
+            # from: Java heartbeats when the topic's route is new; rmqk also does on
+            # a producer's first request, as a route looked up before (queues_for,
+            # a send) may have come before any heartbeat reached its brokers.
+            await self._publish_info(wire_topic)
+            await self.client.send_heartbeat_to_all_brokers()
+            self._requested = True
+        futures = self.client.reply_futures
+        waiting = futures.register(correlation_id)
+        try:
+            remaining = timeout_ms - (now_ms() - begin)
+            if remaining < 1:
+                raise self._request_timeout(msg.topic, timeout_ms, correlation_id)
+            try:
+                await self.send_async(
+                    msg, queue=queue, selector=selector, arg=arg, timeout_ms=int(remaining)
+                )
+            except (RmqkError, OSError) as exc:
+                raise ClientError(
+                    f"send request message to <{msg.topic}> fail "
+                    f"(CorrelationId: {correlation_id}): {exc}"
+                ) from exc
+            remaining = timeout_ms - (now_ms() - begin)
+            try:
+                async with asyncio.timeout(max(remaining, 0) / 1000):
+                    return await waiting
+            except TimeoutError:
+                raise self._request_timeout(msg.topic, timeout_ms, correlation_id) from None
+        finally:
+            futures.forget(correlation_id)
+
+    @staticmethod
+    def _request_timeout(topic: str, timeout_ms: int, correlation_id: str) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"send request message to <{topic}> OK, but wait reply message timeout, "
+            f"{timeout_ms} ms (CorrelationId: {correlation_id})",
+            correlation_id=correlation_id,
+        )
+
     async def send(
         self,
         msg: Message,
@@ -343,6 +591,7 @@ class AsyncProducer:
         timeout_ms: int | None = None,
     ) -> SendResult:
         """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
+        check_target(queue, selector, arg)
         ns = self.namespace
         return await nsutil.send_in(ns, self._send_sync, msg, queue, selector, arg, timeout_ms)
 
@@ -386,6 +635,7 @@ class AsyncProducer:
 
         Await it, or wrap it in a task for a send that completes in the background.
         """
+        check_target(queue, selector, arg)
         ns = self.namespace
         return await nsutil.send_in(ns, self._send_async, msg, queue, selector, arg, timeout_ms)
 
@@ -420,14 +670,34 @@ class AsyncProducer:
             raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
         return await self._exchange_async(mq.broker_name, addr, header, payload, remaining, None)
 
-    async def send_oneway(self, msg: Message) -> None:
-        """One attempt, no answer awaited (Java's oneway mode)."""
+    async def send_oneway(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> None:
+        """One attempt, no answer awaited (Java's oneway mode; ``sendOneway(msg, mq)``
+        and ``sendOneway(msg, selector, arg)`` with ``queue=`` or ``selector=``)."""
+        check_target(queue, selector, arg)
+        queue, selector = nsutil.wire_target(self.namespace, queue, selector)
         msg = nsutil.wire_message(self.namespace, msg)
         self._check_running()
         validate_message(msg, self.max_message_size)
-        await self._send_default(
-            self._payload(msg), CommunicationMode.ONEWAY, self.send_msg_timeout
-        )
+        payload = self._payload(msg)
+        if queue is None and selector is None:
+            await self._send_default(payload, CommunicationMode.ONEWAY, self.send_msg_timeout)
+            return
+        begin = now_ms()
+        if queue is None:
+            assert selector is not None
+            info = await self._publish_info(msg.topic)
+            queue = selector(info.queues, msg, arg)
+        remaining = self.send_msg_timeout - (now_ms() - begin)
+        if remaining < 0:
+            raise RemotingTooMuchRequestError("call timeout")
+        await self._send_kernel(queue, payload, CommunicationMode.ONEWAY, remaining)
 
     async def send_orderly(
         self, msg: Message, key: str, timeout_ms: int | None = None
@@ -446,10 +716,30 @@ class AsyncProducer:
 
         Retried as ``send`` is, unless ``queue`` is given.
         """
+        return await self._batch_in(msgs, queue, timeout_ms, CommunicationMode.SYNC)
+
+    async def send_batch_async(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        """``send_batch`` with the asynchronous mode's rules (Java's
+        ``send(Collection, SendCallback)``): retried only when no answer came."""
+        return await self._batch_in(msgs, queue, timeout_ms, CommunicationMode.ASYNC)
+
+    async def _batch_in(
+        self,
+        msgs: Sequence[Message],
+        queue: MessageQueue | None,
+        timeout_ms: int | None,
+        mode: CommunicationMode,
+    ) -> SendResult:
         ns = self.namespace
         queue, _ = nsutil.wire_target(ns, queue, None)
         wire = [nsutil.wire_message(ns, m) for m in msgs] if ns else msgs
-        result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms)
+        result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms, mode=mode)
         return nsutil.user_send_result(ns, result)
 
     async def _send_batch(
@@ -458,7 +748,9 @@ class AsyncProducer:
         *,
         queue: MessageQueue | None,
         timeout_ms: int | None,
+        mode: CommunicationMode = CommunicationMode.SYNC,
     ) -> SendResult:
+        begin = now_ms()
         self._check_running()
         if not msgs:
             raise ClientError("the batch is empty")
@@ -479,10 +771,22 @@ class AsyncProducer:
             )
         payload = Payload(topic=topic, body=body, properties="", batch=True)
         timeout = timeout_ms or self.send_msg_timeout
-        if queue is not None:
-            result = await self._send_kernel(queue, payload, CommunicationMode.SYNC, timeout)
+        if mode is CommunicationMode.ASYNC:
+            if queue is None:
+                result = await self._send_default(payload, mode, timeout - (now_ms() - begin))
+            else:
+                # As send_async to a queue: retried on that queue's broker only.
+                addr, header = await self._prepare(queue, payload)
+                remaining = timeout - (now_ms() - begin)
+                if remaining < 0:
+                    raise RemotingTooMuchRequestError("sendKernelImpl call timeout")
+                result = await self._exchange_async(
+                    queue.broker_name, addr, header, payload, remaining, None
+                )
+        elif queue is not None:
+            result = await self._send_kernel(queue, payload, mode, timeout)
         else:
-            result = await self._send_default(payload, CommunicationMode.SYNC, timeout)
+            result = await self._send_default(payload, mode, timeout)
         assert result is not None
         return result
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer, RebalanceListener
-from rmqk.engine.producer import AsyncProducer, QueueSelector
+from rmqk.engine.producer import AsyncProducer, QueryResult, QueueSelector, check_target
 from rmqk.engine.transaction import (
     AsyncTransactionProducer,
     LocalTransactionState,
@@ -128,6 +128,16 @@ class PushConsumer:
         finally:
             _live.discard(self)
             _keep_alive.discard(self)
+
+    # The brokers' view of a queue, as the async consumer's.
+    def min_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.min_offset(mq))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.max_offset(mq))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return run_in_loop(self._inner.search_offset(mq, timestamp_ms))
 
     def pause(self) -> None:
         _LoopThread.loop().call_soon_threadsafe(self._inner.pause)
@@ -248,6 +258,16 @@ class LitePullConsumer:
     def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         return run_in_loop(self._inner.offsets_for_times(timestamps))
 
+    # The brokers' view of a queue, as the async consumer's.
+    def min_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.min_offset(mq))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.max_offset(mq))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return run_in_loop(self._inner.search_offset(mq, timestamp_ms))
+
     def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         return run_in_loop(self._inner.fetch_message_queues(topic))
 
@@ -285,6 +305,10 @@ class Producer:
         run_in_loop(self._inner.shutdown())
         _live.discard(self)
 
+    def queues_for(self, topic: str) -> list[MessageQueue]:
+        """The writable queues of ``topic`` (Java's fetchPublishMessageQueues)."""
+        return run_in_loop(self._inner.queues_for(topic))
+
     def send(
         self,
         msg: Message,
@@ -299,21 +323,97 @@ class Producer:
         )
 
     def send_async(
-        self, msg: Message, *, timeout_ms: int | None = None
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+        timeout_ms: int | None = None,
     ) -> concurrent.futures.Future[SendResult]:
         """Java's asynchronous mode: returns at once; the future holds the result or error."""
+        check_target(queue, selector, arg)  # refused here, not later in the future
         return asyncio.run_coroutine_threadsafe(
-            self._inner.send_async(msg, timeout_ms=timeout_ms), _LoopThread.loop()
+            self._inner.send_async(
+                msg, queue=queue, selector=selector, arg=arg, timeout_ms=timeout_ms
+            ),
+            _LoopThread.loop(),
         )
 
-    def send_orderly(self, msg: Message, key: str) -> SendResult:
-        return run_in_loop(self._inner.send_orderly(msg, key))
+    def request(
+        self,
+        msg: Message,
+        timeout: float = 3.0,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send a request and block until its reply; see :meth:`AsyncProducer.request`."""
+        return run_in_loop(
+            self._inner.request(msg, timeout, queue=queue, selector=selector, arg=arg)
+        )
 
-    def send_oneway(self, msg: Message) -> None:
-        run_in_loop(self._inner.send_oneway(msg))
+    # MQAdmin, as AsyncProducer's
+    def create_topic(
+        self, key: str, new_topic: str, queue_num: int, topic_sys_flag: int = 0
+    ) -> None:
+        run_in_loop(self._inner.create_topic(key, new_topic, queue_num, topic_sys_flag))
 
-    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
-        return run_in_loop(self._inner.send_batch(msgs))
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return run_in_loop(self._inner.search_offset(mq, timestamp_ms))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.max_offset(mq))
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.min_offset(mq))
+
+    def earliest_msg_store_time(self, mq: MessageQueue) -> int:
+        return run_in_loop(self._inner.earliest_msg_store_time(mq))
+
+    def view_message(self, offset_msg_id: str) -> MessageExt:
+        return run_in_loop(self._inner.view_message(offset_msg_id))
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryResult:
+        return run_in_loop(self._inner.query_message(topic, key, max_num, begin, end))
+
+    def send_orderly(self, msg: Message, key: str, timeout_ms: int | None = None) -> SendResult:
+        return run_in_loop(self._inner.send_orderly(msg, key, timeout_ms=timeout_ms))
+
+    def send_oneway(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> None:
+        run_in_loop(self._inner.send_oneway(msg, queue=queue, selector=selector, arg=arg))
+
+    def send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> SendResult:
+        return run_in_loop(self._inner.send_batch(msgs, queue=queue, timeout_ms=timeout_ms))
+
+    def send_batch_async(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_ms: int | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
+        """``send_batch`` in Java's asynchronous mode: returns at once with a future."""
+        return asyncio.run_coroutine_threadsafe(
+            self._inner.send_batch_async(msgs, queue=queue, timeout_ms=timeout_ms),
+            _LoopThread.loop(),
+        )
 
     def __enter__(self) -> Producer:
         self.start()

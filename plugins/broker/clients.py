@@ -269,6 +269,14 @@ class ClientManager:
         if not table:
             del self.producers[group]
 
+    def find_producer_channel(self, client_id: str) -> Any:
+        """ProducerManager.findChannel: the open connection of a producer client, or None."""
+        for table in self.producers.values():
+            for info in table.values():
+                if info.client_id == client_id and not getattr(info.channel, "closed", False):
+                    return info.channel
+        return None
+
     def available_producer_channel(self, group: str | None) -> Any:
         """ProducerManager.getAvailableChannel: a live connection of the group, round robin.
 

@@ -14,10 +14,6 @@ from rmqk.protocol import RemotingCommand, RequestCode
 
 __all__ = ["AdminCalls"]
 
-# The topic whose settings a new topic copies (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC).
-_TBW102 = "TBW102"
-
-
 class AdminCalls(RemotingClient):
     async def _queue_query(
         self,
@@ -80,6 +76,35 @@ class AdminCalls(RemotingClient):
             )
         return messages[0]
 
+    async def query_message(
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_timestamp: int,
+        end_timestamp: int,
+        unique_key: bool = False,
+        timeout_ms: int | None = None,
+    ) -> tuple[int, list[MessageExt]]:
+        cmd = RemotingCommand.request(
+            RequestCode.QUERY_MESSAGE,
+            {
+                "topic": topic,
+                "key": key,
+                "maxNum": max_num,
+                "beginTimestamp": begin_timestamp,
+                "endTimestamp": end_timestamp,
+                # MixAll.UNIQUE_MSG_QUERY_FLAG, always sent by MQClientAPIImpl.queryMessage.
+                "_UNIQUE_KEY_QUERY": "true" if unique_key else "false",
+            },
+        )
+        target = self.vip(addr)
+        response = await self.invoke(target, cmd, timeout_ms)
+        check_success(response, target)
+        stamp = header_int(response, "indexLastUpdateTimestamp", target)
+        return stamp, decode_messages(response.body, self.broker_name_of(addr))
+
     async def create_topic(
         self,
         addr: str,
@@ -88,18 +113,22 @@ class AdminCalls(RemotingClient):
         write_queue_nums: int = 4,
         perm: int = 6,
         timeout_ms: int | None = None,
+        # The topic whose settings a new topic copies (AUTO_CREATE_TOPIC_KEY_TOPIC).
+        default_topic: str = "TBW102",
+        topic_sys_flag: int = 0,
     ) -> None:
         addr = self.vip(addr)
         cmd = RemotingCommand.request(
             RequestCode.UPDATE_AND_CREATE_TOPIC,
             {
                 "topic": topic,
-                "defaultTopic": _TBW102,
+                # MQAdmin.createTopic's key; TBW102 for the tools.
+                "defaultTopic": default_topic,
                 "readQueueNums": read_queue_nums,
                 "writeQueueNums": write_queue_nums,
                 "perm": perm,
                 "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": 0,
+                "topicSysFlag": topic_sys_flag,
                 "order": False,
             },
         )

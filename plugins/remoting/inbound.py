@@ -16,16 +16,24 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from rmqk.message import MessageExt, MessageProperty, parse_properties
 from rmqk.plugins.remoting import bodies
+from rmqk.plugins.remoting.compression import inflate
 from rmqk.plugins.remoting.connection import Connection
 from rmqk.plugins.remoting.frame import SerializeType
 from rmqk.plugins.remoting.message_codec import decode_messages
 from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import CheckTransactionStateRequest, ConsumerRunningInfo, InboundHandler
+from rmqk.transport import (
+    DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
+    CheckTransactionStateRequest,
+    ConsumerRunningInfo,
+    InboundHandler,
+)
 
 __all__ = ["RequestHooks", "exception_simple_desc", "serve"]
 
@@ -33,6 +41,8 @@ log = logging.getLogger("rmqk.remoting")
 
 # Java's ClientRemotingProcessor remark when a group is not in this client.
 _GROUP_NOT_HERE = "The Consumer Group <{}> not exist in this consumer"
+# MessageSysFlag.COMPRESSED_FLAG
+_COMPRESSED_FLAG = 0x1
 
 
 class RequestHooks(Protocol):
@@ -193,6 +203,54 @@ async def _check_transaction_state(
     return None
 
 
+def _socket_address(text: str | None) -> str:
+    """A reply's born or store host: "ip:port" from 4.9.8 brokers; the brokers before
+    4.9.x wrote ``SocketAddress.toString()`` ("name/1.2.3.4:5"), read the same."""
+    return (text or "").rpartition("/")[2]
+
+
+async def _push_reply_message(
+    handler: InboundHandler, cmd: RemotingCommand, addr: str
+) -> RemotingCommand | None:
+    # ClientRemotingProcessor.receiveReplyMessage: the reply to one of our requests,
+    # its header ReplyMessageRequestHeader, its body as the responder sent it.
+    if getattr(handler, "receive_reply_message", None) is None:
+        raise NotImplementedError  # an engine without producers: answered not supported
+    receive_time = int(time.time() * 1000)
+    try:
+        sys_flag = int(cmd.field("sysFlag") or 0)
+        body = cmd.body
+        if sys_flag & _COMPRESSED_FLAG:
+            try:
+                body = inflate(body, sys_flag, DEFAULT_MAX_DECOMPRESSED_BODY_SIZE)
+            except ValueError as exc:
+                # Java logs and hands over the body as it came; so does rmqk, loudly.
+                log.warning("reply message from %s: body does not uncompress: %s", addr, exc)
+        props = parse_properties(cmd.field("properties"))
+        props[MessageProperty.REPLY_MESSAGE_ARRIVE_TIME] = str(receive_time)
+        reconsume = cmd.field("reconsumeTimes")
+        reply = MessageExt(
+            topic=cmd.field("topic") or "",
+            body=body,
+            queue_id=int(cmd.field("queueId") or 0),
+            flag=int(cmd.field("flag") or 0),
+            sys_flag=sys_flag,
+            born_timestamp=int(cmd.field("bornTimestamp") or 0),
+            born_host=_socket_address(cmd.field("bornHost")) or "127.0.0.1:0",
+            store_timestamp=int(cmd.field("storeTimestamp") or 0),
+            store_host=_socket_address(cmd.field("storeHost")) or "127.0.0.1:0",
+            reconsume_times=int(reconsume) if reconsume else 0,
+            properties=props,
+        )
+        await handler.receive_reply_message(reply)
+    except Exception:
+        log.warning("unknown err when receiveReplyMsg from %s", addr, exc_info=True)
+        return RemotingCommand.response_to(
+            cmd, ResponseCode.SYSTEM_ERROR, "process reply message fail"
+        )
+    return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+
+
 _INBOUND: dict[int, InboundFn] = {
     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _notify_consumer_ids_changed,
     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _reset_offset,
@@ -200,4 +258,5 @@ _INBOUND: dict[int, InboundFn] = {
     RequestCode.GET_CONSUMER_RUNNING_INFO: _get_consumer_running_info,
     RequestCode.CONSUME_MESSAGE_DIRECTLY: _consume_message_directly,
     RequestCode.CHECK_TRANSACTION_STATE: _check_transaction_state,
+    RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: _push_reply_message,
 }

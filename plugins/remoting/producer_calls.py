@@ -1,4 +1,5 @@
-"""Producer calls of the ``tcp`` transport: SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+"""Producer calls of the ``tcp`` transport: SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and
+SEND_REPLY_MESSAGE_V2.
 
 The send result names the message by its UNIQ_KEY (the ids of a batch joined by
 commas), falling back to the broker's offset message id, as Java's
@@ -79,7 +80,14 @@ class ProducerCalls(RemotingClient):
     ) -> SendResult | None:
         # sendKernelImpl sends through brokerVIPChannel.
         addr = self.vip(addr)
-        code = RequestCode.SEND_BATCH_MESSAGE if request.batch else RequestCode.SEND_MESSAGE_V2
+        if request.batch:
+            code = RequestCode.SEND_BATCH_MESSAGE
+        elif _property_value(request.properties, MessageProperty.MESSAGE_TYPE) == "reply":
+            # MQClientAPIImpl.sendMessage's isReply: a reply (MessageUtil.createReplyMessage)
+            # goes as SEND_REPLY_MESSAGE_V2, which a broker pushes to the requester.
+            code = RequestCode.SEND_REPLY_MESSAGE_V2
+        else:
+            code = RequestCode.SEND_MESSAGE_V2
         cmd = RemotingCommand.request(
             code,
             {

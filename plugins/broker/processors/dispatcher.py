@@ -23,6 +23,7 @@ from rmqk.plugins.broker.processors.end_transaction import (
 )
 from rmqk.plugins.broker.processors.pull import PullMessageProcessor
 from rmqk.plugins.broker.processors.query_message import QueryMessageProcessor
+from rmqk.plugins.broker.processors.reply import ReplyMessageProcessor
 from rmqk.plugins.broker.processors.send import SendMessageProcessor
 from rmqk.plugins.broker.transaction_check import TransactionCheckService, TransactionSettings
 from rmqk.plugins.broker.transactions import TransactionalMessageBridge
@@ -69,6 +70,7 @@ class BrokerProcessors:
             file_reserved_hours,
         )
         send = SendMessageProcessor(ctx, self.transactions)
+        reply = ReplyMessageProcessor(ctx, send)
         self.pull = PullMessageProcessor(ctx, hold_check_interval=hold_check_interval)
         query = QueryMessageProcessor(ctx)
         client = ClientManageProcessor(ctx)
@@ -80,6 +82,8 @@ class BrokerProcessors:
             RequestCode.SEND_MESSAGE_V2: send.send_message,
             RequestCode.SEND_BATCH_MESSAGE: send.send_message,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            RequestCode.SEND_REPLY_MESSAGE: reply.send_reply_message,
+            RequestCode.SEND_REPLY_MESSAGE_V2: reply.send_reply_message,
             RequestCode.PULL_MESSAGE: self.pull.pull_message,
             RequestCode.QUERY_MESSAGE: query.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: query.view_message_by_id,

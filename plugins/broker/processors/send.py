@@ -149,7 +149,7 @@ class SendMessageProcessor(Processor):
         }
 
     def _send_header(self, request: RemotingCommand) -> _SendHeader:
-        if request.code == RequestCode.SEND_MESSAGE:
+        if request.code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_REPLY_MESSAGE):
             Headers(request).require(*_V1_REQUIRED)
             return _decode_send_header(request.ext_fields.get, _V1_NAMES)
         # SendMessageRequestHeaderV2 is decoded without null checks (FastCodesHeader).
@@ -209,6 +209,11 @@ class SendMessageProcessor(Processor):
             )
             return None
         return cfg
+
+    # What ReplyMessageProcessor shares with the send (both AbstractSendMessageProcessors).
+    send_header = _send_header
+    send_response = _send_response
+    msg_check = _msg_check
 
     def send_message(
         self, conn: Connection, request: RemotingCommand, serialize_type: int
