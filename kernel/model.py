@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from rmqk.message import Message, MessageExt
+from rmqk.names import check_expression
 
 __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
@@ -188,9 +189,11 @@ def build_subscription(
 ) -> SubscriptionData:
     """FilterAPI.buildSubscriptionData: split ``a || b`` into tags and their hash codes."""
     etype = ExpressionType(expression_type) if isinstance(expression_type, str) else expression_type
+    problem = check_expression(expression, etype.value)
+    if problem:
+        raise ValueError(f"topic {topic!r}: {problem}")
     if etype is ExpressionType.SQL92:
-        if not expression or not expression.strip():
-            raise ValueError(f"SQL92 expression for topic {topic!r} must not be empty")
+        assert expression is not None
         return SubscriptionData(
             topic=topic,
             sub_string=expression.strip(),
