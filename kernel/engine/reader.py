@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
+from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.pull import PullAPI
 from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
@@ -200,6 +201,13 @@ class RangeReader:
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         addr = await self.broker_addr(mq)
         return await self.client.transport.search_offset(addr, mq, timestamp_ms, self.timeout_ms)
+
+    async def check_subscription(self, sub: SubscriptionData) -> None:
+        """Ask a broker of the topic whether it filters by ``sub``, as a consumer does for a
+        non-TAG subscription (Java's checkClientInBroker): SubscriptionRefusedError names
+        the broker's reason, where otherwise each pull would be refused or match nothing."""
+        await self.client.update_topic_route(sub.topic)
+        await check_client_in_broker(self.client, self.group, [sub])
 
     # -- reading ----------------------------------------------------------------------------
 
