@@ -188,10 +188,11 @@ def build_subscription(
     sub_version: int = 0,
 ) -> SubscriptionData:
     """FilterAPI.buildSubscriptionData: split ``a || b`` into tags and their hash codes."""
-    etype = ExpressionType(expression_type) if isinstance(expression_type, str) else expression_type
-    problem = check_expression(expression, etype.value)
+    type_name = expression_type if isinstance(expression_type, str) else expression_type.value
+    problem = check_expression(expression, type_name)
     if problem:
         raise ValueError(f"topic {topic!r}: {problem}")
+    etype = ExpressionType(type_name)
     if etype is ExpressionType.SQL92:
         assert expression is not None
         return SubscriptionData(
