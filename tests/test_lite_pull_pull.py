@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_support import create_topic, produce
 
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
-from rmqk.engine.sync import LitePullConsumer
+from rmqk.engine.sync import LitePullConsumer, Producer
 from rmqk.errors import ClientError
+from rmqk.message import Message
 from rmqk.model import MessageQueue, PullStatus
 
 pytestmark = pytest.mark.timeout(60)
@@ -91,3 +95,23 @@ async def test_the_blocking_twin_pulls(broker: Any) -> None:
             return r.status, [m.queue_offset for m in r.messages]
 
     assert await asyncio.to_thread(run) == (PullStatus.FOUND, [8, 9, 10, 11])
+
+
+def test_the_migration_guide_snippet_runs_as_written(broker_thread: Any, tmp_path: Path) -> None:
+    """docs/migration-from-java.md's pull loop reads exactly TagA and TagB, then stops."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "migration-from-java.md").read_text()
+    (code,) = [b for b in re.findall(r"^```python\n(.*?)^```", page, re.M | re.S) if ".pull(" in b]
+    assert "127.0.0.1:9876" in code
+    broker_thread.call(broker_thread.broker.create_topic("Orders", queues=2))
+    with Producer("snippet-producer", namesrv_addr=broker_thread.namesrv_addr) as producer:
+        for tag in ("TagA", "TagB", "TagC"):
+            for i in range(5):
+                producer.send(Message("Orders", f"{tag}-{i}".encode(), tags=tag))
+    script = tmp_path / "pull_snippet.py"
+    script.write_text(code.replace("127.0.0.1:9876", broker_thread.namesrv_addr))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    bodies = sorted(line.split()[2] for line in done.stdout.splitlines())
+    assert bodies == sorted(f"{tag}-{i}" for tag in ("TagA", "TagB") for i in range(5))
