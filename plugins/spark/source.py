@@ -1,10 +1,10 @@
 """``spark.readStream.format("rocketmq")`` and ``spark.read.format("rocketmq")``.
 
 A Python data source (PySpark 4.0+). The driver plans one input partition per
-queue with new messages, from the brokers' min and max offsets; executors pull
-their ranges straight from the brokers. Offsets live in Spark's checkpoint as
-``{"<topic>@<broker>@<queueId>": next_offset}``; the source never commits to a
-consumer group, so it neither needs one nor disturbs one.
+queue with new messages (or more, with ``minPartitions``), from the brokers' min and max
+offsets; executors pull their ranges straight from the brokers. Offsets live in
+Spark's checkpoint as ``{"<topic>@<broker>@<queueId>": next_offset}``; the source
+never commits to a consumer group, so it neither needs one nor disturbs one.
 
 Options (names are case-insensitive):
 
@@ -14,10 +14,9 @@ Options (names are case-insensitive):
 ``topics``                 comma-separated topics (``topic`` is accepted too); required
 ``startingOffsets``        ``earliest``, ``latest`` (streaming default), a timestamp
                            (ms or ISO 8601) or JSON per queue; for a new query only
-``startingOffsetsByTimestamp``  JSON per queue of timestamps (ms); not with
-                           ``startingOffsets``
-``endingOffsets``          batch reads: ``latest`` (default), a timestamp or JSON per queue
-``endingOffsetsByTimestamp``  batch reads: JSON per queue of timestamps (ms)
+``endingOffsets``          batch reads: ``latest`` (default), a timestamp or JSON per queue;
+                           ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``
+                           take JSON per queue of timestamps (ms) instead
 ``maxMessagesPerTrigger``  at most this many offsets per micro-batch, shared fairly
                            (Kafka's ``maxOffsetsPerTrigger`` is accepted too)
 ``minPartitions``          split queue ranges into at least this many input partitions
