@@ -18,8 +18,9 @@ import pytest
 from engine_support import create_topic, produce
 
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
+from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.sync import LitePullConsumer, Producer
-from rmqk.errors import ClientError
+from rmqk.errors import ClientError, SubscriptionRefusedError
 from rmqk.message import Message
 from rmqk.model import MessageQueue, PullStatus
 
@@ -115,3 +116,21 @@ def test_the_migration_guide_snippet_runs_as_written(broker_thread: Any, tmp_pat
     assert done.returncode == 0, done.stderr
     bodies = sorted(line.split()[2] for line in done.stdout.splitlines())
     assert bodies == sorted(f"{tag}-{i}" for tag in ("TagA", "TagB") for i in range(5))
+
+
+@pytest.mark.broker_options(enable_property_filter=True)
+async def test_pull_by_sql92(broker: Any) -> None:
+    await create_topic(broker, "PullSql", 1)
+    async with AsyncProducer("pull-sql-producer", namesrv_addr=broker.namesrv_addr) as producer:
+        await producer.send_batch(
+            [Message("PullSql", b"x", properties={"n": str(n)}) for n in range(20)]
+        )
+    async with AsyncLitePullConsumer("g-pull-sql", namesrv_addr=broker.namesrv_addr) as c:
+        (mq,) = await c.fetch_message_queues("PullSql")
+        r = await c.pull(mq, "n >= 15", 0, 32, expression_type="SQL92")
+        assert r.status is PullStatus.FOUND
+        assert [m.get_property("n") for m in r.messages] == [str(n) for n in range(15, 20)]
+        # The broker would log the parse error and filter by nothing: asked first, it refuses.
+        with pytest.raises(SubscriptionRefusedError) as refused:
+            await c.pull(mq, "n >>> 1", 0, 32, expression_type="SQL92")
+        assert "n >>> 1" in str(refused.value) and refused.value.remark

@@ -92,6 +92,8 @@ class AsyncLitePullConsumer(ConsumerMember):
         self.fetcher: Fetcher
         # What pull() sends with, made on its first call.
         self._reader: RangeReader | None = None
+        # The non-TAG expressions a broker accepted for pull().
+        self._checked_expressions: set[tuple[str, str, ExpressionType]] = set()
 
     # -- choosing queues ------------------------------------------------------------------
 
@@ -263,6 +265,7 @@ class AsyncLitePullConsumer(ConsumerMember):
         states.clear()
         self.buffer.clear()
         self._reader = None  # bound to the client just shut down
+        self._checked_expressions.clear()
         await self._lifecycle_hook("rmqk_client_shutdown")
 
     shutdown = close
@@ -400,9 +403,10 @@ class AsyncLitePullConsumer(ConsumerMember):
         the tag re-filter and the filter hooks, so FOUND may carry none; go on
         from ``next_begin_offset``. OFFSET_ILLEGAL: ``offset`` is outside the
         queue's [``min_offset``, ``max_offset``]. ``expression`` is checked as
-        :meth:`subscribe` checks it (an SQL92 one the broker evaluates; a broker
-        that refuses it raises BrokerError with its reason). ``timeout_ms``
-        defaults to the ``mq_client_api_timeout`` option.
+        :meth:`subscribe` checks it; an SQL92 one is first put to a broker of the
+        topic (once per expression), whose refusal raises SubscriptionRefusedError
+        with its reason. ``timeout_ms`` defaults to the ``mq_client_api_timeout``
+        option.
         """
         self._check_running()
         if not isinstance(queue, MessageQueue):
@@ -426,6 +430,13 @@ class AsyncLitePullConsumer(ConsumerMember):
                 timeout_ms=self.options.mq_client_api_timeout,
                 filter_hooks=self._filter_hooks,
             )
+        if sub.expression_type is not ExpressionType.TAG:
+            checked = (sub.topic, sub.sub_string, sub.expression_type)
+            if checked not in self._checked_expressions:
+                # A broker logs an SQL92 expression it cannot parse and then filters by
+                # nothing (as Java's): ask first, as subscribe does, once per expression.
+                await self._reader.check_subscription(sub)
+                self._checked_expressions.add(checked)
         return await self._reader.pull(mq, offset, max_nums, sub, timeout_ms=timeout_ms)
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
