@@ -130,7 +130,7 @@ async def test_pull_by_sql92(broker: Any) -> None:
         r = await c.pull(mq, "n >= 15", 0, 32, expression_type="SQL92")
         assert r.status is PullStatus.FOUND
         assert [m.get_property("n") for m in r.messages] == [str(n) for n in range(15, 20)]
-        # The broker would log the parse error and filter by nothing: asked first, it refuses.
+        # A pull alone has the broker log the parse error and answer anyway; asked, it refuses.
         with pytest.raises(SubscriptionRefusedError) as refused:
             await c.pull(mq, "n >>> 1", 0, 32, expression_type="SQL92")
         assert "n >>> 1" in str(refused.value) and refused.value.remark

@@ -433,8 +433,8 @@ class AsyncLitePullConsumer(ConsumerMember):
         if sub.expression_type is not ExpressionType.TAG:
             checked = (sub.topic, sub.sub_string, sub.expression_type)
             if checked not in self._checked_expressions:
-                # A broker logs an SQL92 expression it cannot parse and then filters by
-                # nothing (as Java's): ask first, as subscribe does, once per expression.
+                # A broker logs an SQL92 expression it cannot parse and answers the pull
+                # anyway (as Java's): ask first, as subscribe does, once per expression.
                 await self._reader.check_subscription(sub)
                 self._checked_expressions.add(checked)
         return await self._reader.pull(mq, offset, max_nums, sub, timeout_ms=timeout_ms)
