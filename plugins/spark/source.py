@@ -476,7 +476,8 @@ class _Driver:
         if self.options.expression_type != "TAG" and not self._checked:
             # Ask a broker once, on the driver, as a consumer does at start: a refusal
             # (a syntax error, a broker without enablePropertyFilter) fails the query
-            # here with the broker's reason, not in every task.
+            # here with the broker's reason; a pull alone with an expression the broker
+            # cannot parse is logged there and answered anyway.
             for topic in self.options.topics:
                 sub = self.options.subscription(topic)
                 self.run(lambda r, sub=sub: r.check_subscription(sub))
