@@ -26,7 +26,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from rmqk.plugins.spark.offsets import split_ranges
-from rmqk.plugins.spark.source import RocketMQBatchReader, SourceOptions
+from rmqk.plugins.spark.source import RocketMQBatchReader, RocketMQStreamReader, SourceOptions
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -146,3 +146,18 @@ def test_batch_reads_by_sql92_partitions_and_timestamps(broker_thread_factory: A
     assert _rows(handle, endingOffsetsByTimestamp=json.dumps(q0))[1] == sorted(
         [n for n in range(40) if n % 2 == 0] + [n for n in range(80) if n % 2 == 1]
     )
+    # A stream starts a named queue at its timestamp and the others at latest.
+    stream = RocketMQStreamReader(
+        SourceOptions.parse(
+            {
+                "namesrv": handle.namesrv_addr,
+                "topics": "Opts",
+                "startingOffsetsByTimestamp": json.dumps(q0),
+            },
+            streaming=True,
+        )
+    )
+    try:
+        assert stream.initialOffset() == {"Opts@broker-a@0": 20, "Opts@broker-a@1": 40}
+    finally:
+        stream.stop()
