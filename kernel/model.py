@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from rmqk.message import Message, MessageExt
+from rmqk.names import check_expression
 
 __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
@@ -187,10 +188,13 @@ def build_subscription(
     sub_version: int = 0,
 ) -> SubscriptionData:
     """FilterAPI.buildSubscriptionData: split ``a || b`` into tags and their hash codes."""
-    etype = ExpressionType(expression_type) if isinstance(expression_type, str) else expression_type
+    type_name = expression_type if isinstance(expression_type, str) else expression_type.value
+    problem = check_expression(expression, type_name)
+    if problem:
+        raise ValueError(f"topic {topic!r}: {problem}")
+    etype = ExpressionType(type_name)
     if etype is ExpressionType.SQL92:
-        if not expression or not expression.strip():
-            raise ValueError(f"SQL92 expression for topic {topic!r} must not be empty")
+        assert expression is not None
         return SubscriptionData(
             topic=topic,
             sub_string=expression.strip(),

@@ -11,6 +11,7 @@ __all__ = [
     "GROUP_MAX_LENGTH",
     "NAME_PATTERN",
     "TOPIC_MAX_LENGTH",
+    "check_expression",
     "check_group",
     "check_tag_expression",
     "check_topic",
@@ -56,11 +57,22 @@ def check_topic(topic: str) -> str | None:
     return _check_name("topic", topic, TOPIC_MAX_LENGTH)
 
 
+# Characters and words that make a TAG expression read as SQL92: Java would take
+# ``a > 1`` as the tag "a > 1" and the subscription would silently match nothing.
+_SQL_CHARS = ("=", "<", ">", "(", ")", "'")
+_SQL_WORDS = frozenset(
+    ("AND", "OR", "NOT", "IS", "NULL", "BETWEEN", "IN", "TRUE", "FALSE", "STARTSWITH", "ENDSWITH")
+)
+_SQL_HINT = 'if it is an SQL92 filter, give the expression type "SQL92"'
+
+
 def check_tag_expression(expression: str) -> str | None:
     """What is wrong with a TAG expression, or None.
 
-    Stricter than Java on one point: a single ``|`` is almost always a mistyped
-    ``||``, and Java would silently subscribe to a tag containing ``|``.
+    Java's FilterAPI splits on ``||`` and trims; ``*`` or blank means every tag.
+    Stricter than Java on two points, since both subscribe to tags no producer
+    sets: a single ``|`` (a mistyped ``||``), and a tag that reads as SQL92
+    (a comparison, a parenthesis, a quote, or an SQL keyword between words).
     """
     stripped = expression.strip()
     if stripped in ("", "*"):
@@ -76,4 +88,31 @@ def check_tag_expression(expression: str) -> str | None:
             )
         if tag == "*":
             return f"tag expression {expression!r} mixes '*' with tags; '*' must stand alone"
+        sql = next((c for c in _SQL_CHARS if c in tag), None)
+        words = tag.split()
+        if sql is None and len(words) > 1:
+            sql = next((w for w in words if w.upper() in _SQL_WORDS), None)
+        if sql is not None:
+            return (
+                f"tag expression {expression!r} looks like SQL92 (it has {sql!r}); a TAG "
+                f'expression is tags separated by "||"; {_SQL_HINT}'
+            )
     return None
+
+
+def check_expression(expression: str | None, expression_type: str = "TAG") -> str | None:
+    """What is wrong with a subscription expression of ``expression_type``, or None.
+
+    The one rule every API applies (consumers' ``subscribe``, the Spark source,
+    ``rmqk check``). An SQL92 expression is only checked to be present here: its
+    syntax is the broker's to judge, and a broker's refusal names its reason.
+    """
+    if expression_type not in ("TAG", "SQL92"):
+        return f'expression type {expression_type!r} is not one of "TAG", "SQL92"'
+    if expression_type == "SQL92":
+        if expression is None or not expression.strip():
+            return "an SQL92 expression must not be empty"
+        return None
+    if expression is None:
+        return None
+    return check_tag_expression(expression)

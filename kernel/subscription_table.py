@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from rmqk.errors import ConfigProblem
 from rmqk.model import ExpressionType, SubscriptionData, build_subscription
-from rmqk.names import check_tag_expression, check_topic
+from rmqk.names import check_expression, check_topic
 from rmqk.optionspec import (
     Where,
 )
@@ -116,12 +116,9 @@ def _expression(
     expression = raw_expression
     type_name = raw_type
     etype = ExpressionType[type_name]
-    if etype is ExpressionType.TAG:
-        problem = check_tag_expression(expression)
-        if problem:
-            problems.append(where.problem(key, problem))
-            return None
-    elif not expression.strip():
-        problems.append(where.problem(key, "an SQL92 expression must not be empty"))
+    # The rule every API applies (rmqk.names.check_expression), in the same words.
+    problem = check_expression(expression, etype.value)
+    if problem:
+        problems.append(where.problem(key, problem))
         return None
     return expression, etype

@@ -265,6 +265,64 @@ def test_batch_read_returns_the_requested_offset_range(spark: Any, broker_thread
     assert df.schema.simpleString().startswith("struct<topic:string,broker:string,queue_id:int")
 
 
+async def _send_numbered(namesrv: str, first: int, count: int) -> None:
+    """Orders ``first`` .. ``first + count - 1``, each with a property ``n``, over two queues."""
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.message import Message
+
+    async with AsyncProducer("numbered-producer", namesrv_addr=namesrv) as producer:
+        queues = await producer.queues_for("Orders")
+        for n in range(first, first + count):
+            msg = Message("Orders", f"{n}".encode(), tags="t", properties={"n": str(n)})
+            await producer.send(msg, queue=queues[n % 2])
+
+
+def _iso(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+@pytest.mark.spark
+def test_batch_read_by_sql92_min_partitions_and_store_time(
+    spark: Any, broker_thread_factory: Any
+) -> None:
+    """Issue 27 item 7 through Spark, and docs/spark.md's store-time example as written."""
+    import re
+
+    handle = broker_thread_factory(enable_property_filter=True)
+    handle.call(handle.broker.create_topic("Orders", queues=2))
+    stamps = []
+    for first in (0, 30, 60):
+        stamps.append(int(time.time() * 1000))
+        time.sleep(0.05)
+        asyncio.run(_send_numbered(handle.namesrv_addr, first, 30))
+        time.sleep(0.05)
+    base = spark.read.format("rocketmq").option("namesrv", handle.namesrv_addr)
+    sql = (
+        base.option("topics", "Orders")
+        .option("expressionType", "SQL92")
+        .option("subExpression", "n BETWEEN 10 AND 49")
+        .option("minPartitions", "5")
+        .load()
+    )
+    assert sql.rdd.getNumPartitions() == 5
+    assert sorted(int(r.body) for r in sql.select("body").collect()) == list(range(10, 50))
+    # The page's example, its two dates replaced by the times around the second send.
+    page = (Path(__file__).resolve().parent.parent / "docs" / "spark.md").read_text()
+    (code,) = [
+        b for b in re.findall(r"^```python\n(.*?)^```", page, re.M | re.S) if "yesterday" in b
+    ]
+    code = code.replace("127.0.0.1:9876", handle.namesrv_addr)
+    code = code.replace("2024-05-01T00:00:00Z", _iso(stamps[1])).replace(
+        "2024-05-02T00:00:00Z", _iso(stamps[2])
+    )
+    scope: dict[str, Any] = {"spark": spark}
+    exec(code, scope)
+    got = sorted(int(r.body) for r in scope["yesterday"].select("body").collect())
+    assert got == list(range(30, 60))
+
+
 def _stream(spark: Any, namesrv: str, out: Path, checkpoint: Path, per_trigger: int) -> Any:
     """An availableNow query; before PySpark 4.2 a limit would make it one batch, so none."""
     reader = (

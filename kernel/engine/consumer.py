@@ -120,9 +120,13 @@ class AsyncPushConsumer(ConsumerMember):
         broker's reason, when a broker of the topic cannot filter by it (the
         subscription is then not taken).
         """
-        etype = ExpressionType(expression_type)
         topic = self.wire_topic(topic)
-        sub = build_subscription(topic, expression, etype, int(time.time() * 1000))
+        try:
+            sub = build_subscription(topic, expression, expression_type, int(time.time() * 1000))
+        except ValueError as exc:
+            # The same rule, and words, as the lite pull consumer and ``rmqk check``.
+            raise ClientError(f"subscribe to {topic!r}: {exc}") from None
+        etype = sub.expression_type
         if self.state is not ServiceState.RUNNING:
             self._subscriptions[topic] = (sub.sub_string, etype)
             return None

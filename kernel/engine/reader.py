@@ -28,10 +28,17 @@ from typing import Any
 import attrs
 
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
+from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.pull import PullAPI
 from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
-from rmqk.model import MessageQueue, PullStatus, SubscriptionData, build_subscription
+from rmqk.model import (
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    SubscriptionData,
+    build_subscription,
+)
 from rmqk.namespace import unwrap
 from rmqk.transport import Credentials, PullMessageRequest, TlsConfig
 
@@ -118,6 +125,7 @@ class RangeReader:
         namespace: str | None = None,
         timeout_ms: int = 10_000,
         batch_size: int = MAX_PULL,
+        filter_hooks: list[Any] | None = None,
     ) -> None:
         self.client = client
         self.group = group
@@ -141,6 +149,8 @@ class RangeReader:
             block=False,
             # A record that cannot be decoded fails the read: a range promises every offset.
             skip_bad_records=False,
+            # A consumer's own filter hooks (its pull runs them as its polls do).
+            filter_hooks=filter_hooks,
         )
 
     @classmethod
@@ -201,6 +211,13 @@ class RangeReader:
         addr = await self.broker_addr(mq)
         return await self.client.transport.search_offset(addr, mq, timestamp_ms, self.timeout_ms)
 
+    async def check_subscription(self, sub: SubscriptionData) -> None:
+        """Ask a broker of the topic whether it filters by ``sub``, as a consumer does for a
+        non-TAG subscription (Java's checkClientInBroker): SubscriptionRefusedError names
+        the broker's reason, where otherwise each pull would be refused or match nothing."""
+        await self.client.update_topic_route(sub.topic)
+        await check_client_in_broker(self.client, self.group, [sub])
+
     # -- reading ----------------------------------------------------------------------------
 
     def request(
@@ -210,6 +227,43 @@ class RangeReader:
         send it themselves, such as the benchmarks' undecoded pulls)."""
         sub = build_subscription(mq.topic, subscription)
         return self._pull.request(mq, sub, offset, max_msgs=max_msgs)
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        subscription: str | SubscriptionData = "*",
+        *,
+        timeout_ms: int | None = None,
+    ) -> PullResult:
+        """One non-blocking pull of ``mq`` at ``offset``, as Java's
+        ``DefaultMQPullConsumer.pull``: the broker's answer, its FOUND messages
+        re-filtered by tag and the filter hooks (so FOUND may carry none), and its
+        offsets as they are (NO_NEW_MSG at the max offset, OFFSET_ILLEGAL outside
+        [min, max]). A broker answers at most 32 messages whatever ``max_nums``.
+        """
+        if offset < 0:
+            raise ClientError(f"offset < 0: {offset}")
+        if max_nums <= 0:
+            raise ClientError(f"maxNums <= 0: {max_nums}")
+        sub = (
+            subscription
+            if isinstance(subscription, SubscriptionData)
+            else build_subscription(mq.topic, subscription)
+        )
+        found = await self._pull.find_broker(mq)
+        if found is None:
+            raise ClientError(f"The broker[{mq.broker_name}] not exist")
+        header = self._pull.request(mq, sub, offset, found.slave, 0, True, max_nums)
+        result = await self.client.transport.pull_message(
+            found.broker_addr, header, timeout_ms if timeout_ms is not None else self.timeout_ms
+        )
+        msgs = await self._pull.process(mq, sub, result)
+        if self.namespace:
+            for m in msgs:
+                m.topic = unwrap(self.namespace, m.topic)
+        return attrs.evolve(result, messages=tuple(msgs))
 
     async def read(
         self,

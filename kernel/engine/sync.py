@@ -27,7 +27,7 @@ from rmqk.engine.transaction import (
     run_local_transaction,
 )
 from rmqk.message import Message, MessageExt
-from rmqk.model import MessageQueue, SendResult, SendStatus
+from rmqk.model import MessageQueue, PullResult, SendResult, SendStatus
 
 __all__ = ["LitePullConsumer", "Producer", "PushConsumer", "TransactionProducer", "run_in_loop"]
 
@@ -270,6 +270,28 @@ class LitePullConsumer:
 
     def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         return run_in_loop(self._inner.fetch_message_queues(topic))
+
+    def pull(
+        self,
+        queue: MessageQueue,
+        expression: str | None,
+        offset: int,
+        max_nums: int,
+        *,
+        expression_type: str = "TAG",
+        timeout_ms: int | None = None,
+    ) -> PullResult:
+        """See :meth:`rmqk.engine.lite_pull.AsyncLitePullConsumer.pull`."""
+        return run_in_loop(
+            self._inner.pull(
+                queue,
+                expression,
+                offset,
+                max_nums,
+                expression_type=expression_type,
+                timeout_ms=timeout_ms,
+            )
+        )
 
     def __enter__(self) -> LitePullConsumer:
         self.start()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -26,6 +26,8 @@ __all__ = [
     "offset_key",
     "parse_offset_key",
     "parse_offset_spec",
+    "parse_timestamp_spec",
+    "split_ranges",
 ]
 
 # The sentinels of the RocketMQ Spark connector and of Kafka's source.
@@ -64,7 +66,9 @@ class OffsetSpec:
     ``latest``). (Pairs, not a mapping: Spark pickles the readers holding this.)
     """
 
-    kind: str  # "earliest" | "latest" | "timestamp" | "specific"
+    # "earliest" | "latest" | "timestamp" | "specific" | "timestamps" (``specific``
+    # then pairs queues with timestamps in ms).
+    kind: str
     timestamp_ms: int | None = None
     specific: tuple[tuple[QueueKey, int], ...] = ()
     default: str = "earliest"
@@ -80,6 +84,8 @@ class OffsetSpec:
             return f"timestamp {self.timestamp_ms}"
         if self.kind == "specific":
             return f"{len(self.specific)} queue offset(s), others {self.default}"
+        if self.kind == "timestamps":
+            return f"{len(self.specific)} queue timestamp(s), others {self.default}"
         return self.kind
 
 
@@ -113,6 +119,13 @@ def parse_offset_spec(text: str | None, option: str, default: str) -> OffsetSpec
     return OffsetSpec("timestamp", timestamp_ms=timestamp, default=default)
 
 
+def parse_timestamp_spec(text: str, option: str, default: str) -> OffsetSpec:
+    """Parse ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``: JSON keyed as
+    JSON offsets are, with timestamps (ms since the epoch) for values."""
+    specific = _parse_json_offsets(str(text).strip(), option, timestamps=True)
+    return OffsetSpec("timestamps", specific=specific, default=default)
+
+
 def _parse_timestamp(value: str) -> int | None:
     if value.isdigit():
         return int(value)
@@ -125,22 +138,28 @@ def _parse_timestamp(value: str) -> int | None:
     return int(parsed.timestamp() * 1000)
 
 
-def _parse_json_offsets(value: str, option: str) -> tuple[tuple[QueueKey, int], ...]:
+def _parse_json_offsets(
+    value: str, option: str, *, timestamps: bool = False
+) -> tuple[tuple[QueueKey, int], ...]:
     try:
         data = json.loads(value)
     except ValueError as exc:
         raise _problem(option, f"is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise _problem(option, "JSON offsets must be an object")
+        raise _problem(
+            option, f"JSON {'timestamps' if timestamps else 'offsets'} must be an object"
+        )
     out: dict[QueueKey, int] = {}
 
     def put(key: QueueKey, offset: Any) -> None:
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
-            raise _problem(
-                option,
-                f"offset of {key} must be an integer >= 0, or -2 (earliest) / -1 (latest); "
-                f"got {offset!r}",
+        lowest = 0 if timestamps else EARLIEST
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
+            what = (
+                "timestamp of {key} must be an integer >= 0 (ms since the epoch)"
+                if timestamps
+                else "offset of {key} must be an integer >= 0, or -2 (earliest) / -1 (latest)"
             )
+            raise _problem(option, f"{what.format(key=key)}; got {offset!r}")
         out[key] = offset
 
     for key, item in data.items():
@@ -186,3 +205,40 @@ def cap_offsets(start: Mapping[str, int], end: Mapping[str, int], max_rows: int)
             if backlog[k] == 0:
                 del backlog[k]
     return result
+
+
+def split_ranges(
+    ranges: Sequence[tuple[str, int, int]], min_parts: int
+) -> list[tuple[str, int, int]]:
+    """``ranges`` (key, start, end) cut into at least ``min_parts`` consecutive pieces.
+
+    As Kafka's ``minPartitions``: nothing changes when there are enough ranges
+    already; otherwise each range gets pieces in proportion to its size, and the
+    pieces still missing go one by one to the range whose pieces are biggest, so
+    the result has ``min_parts`` pieces unless the ranges hold fewer offsets.
+    Deterministic, so a replayed batch plans the same pieces.
+    """
+    if len(ranges) >= min_parts:
+        return list(ranges)
+    sizes = [end - start for _, start, end in ranges]
+    total = sum(sizes)
+    parts = [max(1, min(size, size * min_parts // total)) for size in sizes]
+    while sum(parts) < min_parts:
+        # The range whose pieces are the biggest, that can still be cut (first on a tie).
+        best = max(
+            (i for i, size in enumerate(sizes) if parts[i] < size),
+            key=lambda i: (sizes[i] / parts[i], -i),
+            default=None,
+        )
+        if best is None:
+            break  # every piece is one offset
+        parts[best] += 1
+    out: list[tuple[str, int, int]] = []
+    for (key, start, _), size, n in zip(ranges, sizes, parts, strict=True):
+        step, extra = divmod(size, n)
+        at = start
+        for piece in range(n):
+            length = step + (1 if piece < extra else 0)
+            out.append((key, at, at + length))
+            at += length
+    return out

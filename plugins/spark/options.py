@@ -414,23 +414,64 @@ class SourceOptionTable:
         name="startingOffsets",
         default_text="latest (streaming), earliest (batch)",
     )
+    starting_offsets_by_timestamp: str | None = option(
+        OptionType.STR,
+        "JSON per queue of timestamps (ms), keyed as JSON startingOffsets: a named queue "
+        "starts at its first message stored at or after its timestamp, the others as "
+        "startingOffsets' default; not together with startingOffsets.",
+        None,
+        name="startingOffsetsByTimestamp",
+        default_text="(none)",
+    )
     ending_offsets: str | None = option(
         OptionType.STR,
-        "Batch reads: latest or JSON per queue.",
+        "Batch reads: latest, a timestamp (ms or ISO 8601: each queue ends before its first "
+        "message stored at or after it) or JSON per queue.",
         None,
         name="endingOffsets",
         default_text="latest",
     )
+    ending_offsets_by_timestamp: str | None = option(
+        OptionType.STR,
+        "Batch reads: JSON per queue of timestamps (ms), keyed as JSON endingOffsets: a named "
+        "queue ends before its first message stored at or after its timestamp, the others at "
+        "latest; not together with endingOffsets.",
+        None,
+        name="endingOffsetsByTimestamp",
+        default_text="(none)",
+    )
     max_messages_per_trigger: int | None = option(
         OptionType.INT,
-        "At most this many messages per micro-batch, shared fairly among queues (streaming).",
+        "At most this many messages per micro-batch, shared fairly among queues (streaming); "
+        "Kafka's name maxOffsetsPerTrigger is accepted too (not both).",
         None,
         name="maxMessagesPerTrigger",
         default_text="(no limit)",
         minimum=1,
     )
+    min_partitions: int | None = option(
+        OptionType.INT,
+        "At least this many input partitions per batch: when fewer queues have messages to "
+        "read, their ranges are split into consecutive pieces, the biggest into the most.",
+        None,
+        name="minPartitions",
+        default_text="(one per queue)",
+        minimum=1,
+    )
     sub_expression: str = option(
-        OptionType.STR, "A tag expression, as in a subscription.", "*", name="subExpression"
+        OptionType.STR,
+        "A subscription expression of expressionType: tags (TagA || TagB) or an SQL92 filter; "
+        "checked as a consumer's subscription is.",
+        "*",
+        name="subExpression",
+    )
+    expression_type: str = option(
+        OptionType.STR,
+        "How subExpression is read: TAG, or SQL92 (brokers evaluate it over the message "
+        "properties, and refuse it without enablePropertyFilter).",
+        "TAG",
+        name="expressionType",
+        allowed=("TAG", "SQL92"),
     )
     fail_on_data_loss: bool = option(
         OptionType.BOOL,

@@ -20,7 +20,7 @@ import attrs
 from rmqk.engine.reader import OffsetsGoneError, RangeReader, ReaderSettings
 from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
-from rmqk.model import MessageQueue
+from rmqk.model import MessageQueue, SubscriptionData
 from rmqk.plugins.spark.offsets import EARLIEST, LATEST, OffsetSpec, QueueKey
 
 __all__ = ["BrokerReader", "DataLossError", "QueueInfo"]
@@ -83,6 +83,12 @@ class BrokerReader:
                 out.append(QueueInfo(QueueKey(topic, mq.broker_name, mq.queue_id), addr))
         return sorted(out)
 
+    async def check_subscription(self, sub: SubscriptionData) -> None:
+        """Raise SubscriptionRefusedError, with the broker's reason, when a broker of the
+        topic cannot filter by ``sub`` (an SQL92 expression it does not parse, or a broker
+        without enablePropertyFilter); a TAG subscription needs no asking."""
+        await self._r().check_subscription(sub)
+
     async def min_offset(self, q: QueueInfo) -> int:
         return await self._r().min_offset(q.mq)
 
@@ -105,6 +111,12 @@ class BrokerReader:
             elif spec.kind == "timestamp":
                 assert spec.timestamp_ms is not None
                 wanted = await self._first_at_or_after(q, spec.timestamp_ms, high)
+            elif spec.kind == "timestamps":
+                at = spec.offset_for(q.key)
+                if at is None:
+                    wanted = EARLIEST if spec.default == "earliest" else LATEST
+                else:
+                    wanted = await self._first_at_or_after(q, at, high)
             else:
                 wanted = EARLIEST if spec.kind == "earliest" else LATEST
             if wanted == EARLIEST:
@@ -133,7 +145,7 @@ class BrokerReader:
         q: QueueInfo,
         start: int,
         end: int,
-        expression: str = "*",
+        expression: str | SubscriptionData = "*",
         *,
         fail_on_data_loss: bool = True,
     ) -> AsyncIterator[list[MessageExt]]:

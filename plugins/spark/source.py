@@ -1,10 +1,10 @@
 """``spark.readStream.format("rocketmq")`` and ``spark.read.format("rocketmq")``.
 
 A Python data source (PySpark 4.0+). The driver plans one input partition per
-queue with new messages, from the brokers' min and max offsets; executors pull
-their ranges straight from the brokers. Offsets live in Spark's checkpoint as
-``{"<topic>@<broker>@<queueId>": next_offset}``; the source never commits to a
-consumer group, so it neither needs one nor disturbs one.
+queue with new messages (or more, with ``minPartitions``), from the brokers' min and max
+offsets; executors pull their ranges straight from the brokers. Offsets live in
+Spark's checkpoint as ``{"<topic>@<broker>@<queueId>": next_offset}``; the source
+never commits to a consumer group, so it neither needs one nor disturbs one.
 
 Options (names are case-insensitive):
 
@@ -14,9 +14,15 @@ Options (names are case-insensitive):
 ``topics``                 comma-separated topics (``topic`` is accepted too); required
 ``startingOffsets``        ``earliest``, ``latest`` (streaming default), a timestamp
                            (ms or ISO 8601) or JSON per queue; for a new query only
-``endingOffsets``          batch reads: ``latest`` (default) or JSON per queue
+``endingOffsets``          batch reads: ``latest`` (default), a timestamp or JSON per queue;
+                           ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``
+                           take JSON per queue of timestamps (ms) instead
 ``maxMessagesPerTrigger``  at most this many offsets per micro-batch, shared fairly
-``subExpression``          tag filter such as ``TagA || TagB`` (default ``*``)
+                           (Kafka's ``maxOffsetsPerTrigger`` is accepted too)
+``minPartitions``          split queue ranges into at least this many input partitions
+``subExpression``          tag filter such as ``TagA || TagB`` (default ``*``), or an SQL92
+                           filter with ``expressionType`` ``SQL92``
+``expressionType``         ``TAG`` (default) or ``SQL92``
 ``failOnDataLoss``         fail when planned offsets are gone, or a queue's offsets
                            went backwards (default true); false reads such a queue
                            afresh from its first offset, with a WARNING
@@ -72,6 +78,8 @@ from rmqk.client_options import ClientOptions
 from rmqk.consume_host import factory_option_specs
 from rmqk.engine.reader import ReaderSettings
 from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.model import SubscriptionData, build_subscription
+from rmqk.names import check_expression
 from rmqk.namespace import effective_namespace, wrap
 from rmqk.options import Where, parse_options
 from rmqk.optionspec import plugin_option_problems
@@ -83,6 +91,8 @@ from rmqk.plugins.spark.offsets import (
     cap_offsets,
     parse_offset_key,
     parse_offset_spec,
+    parse_timestamp_spec,
+    split_ranges,
 )
 from rmqk.plugins.spark.options import SourceOptionTable
 from rmqk.plugins.spark.pull import BrokerReader, DataLossError, QueueInfo
@@ -117,9 +127,15 @@ _ALIASES = {
     "topics": "topics",
     "topic": "topics",
     "startingoffsets": "startingOffsets",
+    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
     "endingoffsets": "endingOffsets",
+    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
     "maxmessagespertrigger": "maxMessagesPerTrigger",
+    # Kafka's name for it, so a Kafka reader's options carry over.
+    "maxoffsetspertrigger": "maxMessagesPerTrigger",
+    "minpartitions": "minPartitions",
     "subexpression": "subExpression",
+    "expressiontype": "expressionType",
     "failondataloss": "failOnDataLoss",
     "pulltimeoutms": "pullTimeoutMs",
     "consumergroup": "consumerGroup",
@@ -160,7 +176,9 @@ class SourceOptions:
     starting: OffsetSpec
     ending: OffsetSpec
     max_messages_per_trigger: int | None = None
+    min_partitions: int | None = None
     sub_expression: str = "*"
+    expression_type: str = "TAG"
     fail_on_data_loss: bool = True
     pull_timeout_ms: int = 10_000
     consumer_group: str = "rmqk-spark-source"
@@ -174,38 +192,57 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> SourceOptions:
         # Spark option names are case-insensitive; each spelling maps to its declared key.
-        given = {
-            _ALIASES.get(str(k).lower().replace("_", ""), str(k)): v
-            for k, v in options.items()
-            if v is not None
-        }
+        given: dict[str, Any] = {}
+        spelled: dict[str, str] = {}
+        clashes: list[ConfigProblem] = []
+        for k, v in options.items():
+            if v is None:
+                continue
+            key = _ALIASES.get(str(k).lower().replace("_", ""), str(k))
+            if key in spelled and spelled[key].lower() != str(k).lower():
+                clashes.append(
+                    _problem(key, f"is given twice, as {spelled[key]} and as {k}; give one")
+                )
+            spelled[key] = str(k)
+            given[key] = v
         if not str(given.get("subExpression", "*")).strip():
             del given["subExpression"]  # Spark passes "" for an option set but left empty
         table, problems = parse_options(
             SourceOptionTable, given, Where("<spark options>", "rocketmq"), text=True
         )
-        starting: OffsetSpec | None = None
-        ending: OffsetSpec | None = None
-        try:
-            starting = parse_offset_spec(
-                table.starting_offsets,
-                "startingOffsets",
-                "latest" if streaming else "earliest",
-            )
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-        try:
-            ending = parse_offset_spec(table.ending_offsets, "endingOffsets", "latest")
-            if streaming and "endingOffsets" in given:
-                problems.append(_problem("endingOffsets", "is for batch reads (spark.read) only"))
-            elif ending.kind == "timestamp":
-                problems.append(
-                    _problem("endingOffsets", "must be latest or JSON offsets, not a timestamp")
-                )
-        except ConfigError as exc:
-            problems.extend(exc.problems)
+        problems[:0] = clashes
+        starting = _offsets(
+            problems,
+            given,
+            "startingOffsets",
+            table.starting_offsets,
+            table.starting_offsets_by_timestamp,
+            "latest" if streaming else "earliest",
+        )
+        ending = _offsets(
+            problems,
+            given,
+            "endingOffsets",
+            table.ending_offsets,
+            table.ending_offsets_by_timestamp,
+            "latest",
+        )
+        for key in ("endingOffsets", "endingOffsetsByTimestamp"):
+            if streaming and key in given:
+                problems.append(_problem(key, "is for batch reads (spark.read) only"))
         if "maxMessagesPerTrigger" in given and not streaming:
-            problems.append(_problem("maxMessagesPerTrigger", "is for streaming reads only"))
+            problems.append(
+                _problem(spelled["maxMessagesPerTrigger"], "is for streaming reads only")
+            )
+        if table.expression_type == "SQL92" and "subExpression" not in given:
+            problems.append(
+                _problem("subExpression", "is required with expressionType SQL92, e.g. a > 5")
+            )
+        else:
+            # The rule of every subscription API (rmqk.names.check_expression).
+            expression_problem = check_expression(table.sub_expression, table.expression_type)
+            if expression_problem:
+                problems.append(_problem("subExpression", expression_problem))
         client = ClientOptions()
         if any(k in given for k in _CLIENT_KEYS):
             try:
@@ -232,7 +269,9 @@ class SourceOptions:
             starting=_wire_spec(ns, starting),
             ending=_wire_spec(ns, ending),
             max_messages_per_trigger=table.max_messages_per_trigger,
+            min_partitions=table.min_partitions,
             sub_expression=table.sub_expression.strip(),
+            expression_type=table.expression_type,
             fail_on_data_loss=table.fail_on_data_loss,
             pull_timeout_ms=table.pull_timeout_ms,
             consumer_group=wrap(ns, table.consumer_group),
@@ -241,6 +280,10 @@ class SourceOptions:
             transport=table.transport,
             transport_options=dict(table.transport_options),
         )
+
+    def subscription(self, topic: str) -> SubscriptionData:
+        """What each pull of ``topic`` (a wire name) carries for the broker to filter by."""
+        return build_subscription(topic, self.sub_expression, self.expression_type)
 
     def reader(self) -> BrokerReader:
         return BrokerReader(
@@ -257,6 +300,29 @@ class SourceOptions:
                 instance_name="rmqk-spark",
             )
         )
+
+
+def _offsets(
+    problems: list[ConfigProblem],
+    given: Mapping[str, Any],
+    option: str,
+    text: str | None,
+    by_timestamp: str | None,
+    default: str,
+) -> OffsetSpec | None:
+    """``<option>`` or ``<option>ByTimestamp`` parsed (not both), its problems added."""
+    try:
+        if by_timestamp is None:
+            return parse_offset_spec(text, option, default)
+        if option in given:
+            problems.append(
+                _problem(f"{option}ByTimestamp", f"is given with {option}; give one of them")
+            )
+            return None
+        return parse_timestamp_spec(by_timestamp, f"{option}ByTimestamp", default)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return None
 
 
 def _transport_problems(table: SourceOptionTable, explicit: bool) -> list[ConfigProblem]:
@@ -305,10 +371,12 @@ class QueueRange(InputPartition):
 
 
 def _plan(
-    queues: Sequence[QueueInfo], start: Mapping[str, Any], end: Mapping[str, Any]
+    queues: Sequence[QueueInfo],
+    start: Mapping[str, Any],
+    end: Mapping[str, Any],
+    min_partitions: int | None = None,
 ) -> list[QueueRange]:
-    addrs = {str(q.key): q.addr for q in queues}
-    out = []
+    ranges: list[tuple[str, int, int]] = []
     for key in sorted(end):
         if key not in start:
             continue  # a queue that just appeared: this batch only records its start
@@ -318,6 +386,12 @@ def _plan(
             s = 0
         if e <= s:
             continue
+        ranges.append((key, s, e))
+    if min_partitions is not None:
+        ranges = split_ranges(ranges, min_partitions)
+    addrs = {str(q.key): q.addr for q in queues}
+    out = []
+    for key, s, e in ranges:
         qk = parse_offset_key(key)
         addr = addrs.get(key)
         if addr is None:
@@ -343,7 +417,7 @@ def _read_range(options: SourceOptions, partition: QueueRange) -> Iterator[Any]:
                 info,
                 partition.start,
                 partition.end,
-                options.sub_expression,
+                options.subscription(partition.topic),
                 fail_on_data_loss=options.fail_on_data_loss,
             )
             pending: list[Any] = []
@@ -372,10 +446,17 @@ class _Driver:
         self._runner: asyncio.Runner | None = None
         self._reader: BrokerReader | None = None
         self.queues: list[QueueInfo] = []
+        self._checked = False
 
     def __getstate__(self) -> dict[str, Any]:
         # Loops, sockets and locks do not pickle; the copy makes its own on first use.
-        return {"options": self.options, "_runner": None, "_reader": None, "queues": []}
+        return {
+            "options": self.options,
+            "_runner": None,
+            "_reader": None,
+            "queues": [],
+            "_checked": self._checked,
+        }
 
     def run(self, make: Any) -> Any:
         if self._runner is None:
@@ -392,6 +473,15 @@ class _Driver:
 
     def refresh_queues(self) -> list[QueueInfo]:
         self.queues = self.run(lambda r: r.queues(self.options.topics))
+        if self.options.expression_type != "TAG" and not self._checked:
+            # Ask a broker once, on the driver, as a consumer does at start: a refusal
+            # (a syntax error, a broker without enablePropertyFilter) fails the query
+            # here with the broker's reason; a pull alone with an expression the broker
+            # cannot parse is logged there and answered anyway.
+            for topic in self.options.topics:
+                sub = self.options.subscription(topic)
+                self.run(lambda r, sub=sub: r.check_subscription(sub))
+            self._checked = True
         return self.queues
 
     def close(self) -> None:
@@ -515,7 +605,7 @@ class RocketMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[mi
         queues = self.driver.queues or self.driver.refresh_queues()
         if any(k not in {str(q.key) for q in queues} for k in end):
             queues = self.driver.refresh_queues()
-        return _plan(queues, start, end)
+        return _plan(queues, start, end, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, QueueRange), partition
@@ -540,7 +630,7 @@ class RocketMQBatchReader(DataSourceReader):
             end = driver.run(lambda r: r.resolve(self.options.ending, queues))
         finally:
             driver.close()
-        return _plan(queues, start, end)
+        return _plan(queues, start, end, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, QueueRange), partition

@@ -26,6 +26,7 @@ from rmqk.engine.lite_pull.rebalance import LitePullRebalance
 from rmqk.engine.member import ConsumerMember, options_where
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import FlowControl, PullAPI
+from rmqk.engine.reader import RangeReader
 from rmqk.engine.startup import load_offset_store, start_once
 from rmqk.errors import ClientError, RmqkError
 from rmqk.message import MessageExt
@@ -34,6 +35,7 @@ from rmqk.model import (
     ConsumeType,
     ExpressionType,
     MessageQueue,
+    PullResult,
     ServiceState,
     SubscriptionData,
     build_subscription,
@@ -88,6 +90,10 @@ class AsyncLitePullConsumer(ConsumerMember):
         self.buffer = PollBuffer()
         self.committer = Committer(self)
         self.fetcher: Fetcher
+        # What pull() sends with, made on its first call.
+        self._reader: RangeReader | None = None
+        # The non-TAG expressions a broker accepted for pull().
+        self._checked_expressions: set[tuple[str, str, ExpressionType]] = set()
 
     # -- choosing queues ------------------------------------------------------------------
 
@@ -105,10 +111,10 @@ class AsyncLitePullConsumer(ConsumerMember):
             raise ClientError(f"subscribe: topic {topic!r}: {problem}")
         topic = self.wire_topic(topic)
         try:
-            etype = ExpressionType(expression_type)
-            sub = build_subscription(topic, expression, etype, int(time.time() * 1000))
+            sub = build_subscription(topic, expression, expression_type, int(time.time() * 1000))
         except ValueError as exc:
             raise ClientError(f"subscribe to {topic!r}: {exc}") from None
+        etype = sub.expression_type
         self.queues.set_kind(SubscriptionType.SUBSCRIBE)
         if self.state is not ServiceState.RUNNING:
             self.rebalance.subscription_inner[topic] = sub
@@ -258,6 +264,8 @@ class AsyncLitePullConsumer(ConsumerMember):
         self.rebalance.destroy()
         states.clear()
         self.buffer.clear()
+        self._reader = None  # bound to the client just shut down
+        self._checked_expressions.clear()
         await self._lifecycle_hook("rmqk_client_shutdown")
 
     shutdown = close
@@ -376,6 +384,60 @@ class AsyncLitePullConsumer(ConsumerMember):
             self, {self.wire_queue(mq): ts for mq, ts in timestamps.items()}
         )
         return {self.user_queue(mq): offset for mq, offset in found.items()}
+
+    async def pull(
+        self,
+        queue: MessageQueue,
+        expression: str | None,
+        offset: int,
+        max_nums: int,
+        *,
+        expression_type: str = "TAG",
+        timeout_ms: int | None = None,
+    ) -> PullResult:
+        """One pull of ``queue`` at ``offset``, as Java's ``DefaultMQPullConsumer.pull``.
+
+        For callers who keep offsets themselves: it does not block on the broker
+        (an offset at the queue's end answers NO_NEW_MSG at once), commits
+        nothing, and leaves the queues ``poll`` reads alone. FOUND messages pass
+        the tag re-filter and the filter hooks, so FOUND may carry none; go on
+        from ``next_begin_offset``. OFFSET_ILLEGAL: ``offset`` is outside the
+        queue's [``min_offset``, ``max_offset``]. ``expression`` is checked as
+        :meth:`subscribe` checks it; an SQL92 one is first put to a broker of the
+        topic (once per expression), whose refusal raises SubscriptionRefusedError
+        with its reason. ``timeout_ms`` defaults to the ``mq_client_api_timeout``
+        option.
+        """
+        self._check_running()
+        if not isinstance(queue, MessageQueue):
+            raise ClientError(f"pull: {queue!r} is not a MessageQueue")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ClientError(f"pull: offset must be an integer >= 0, got {offset!r}")
+        if isinstance(max_nums, bool) or not isinstance(max_nums, int) or max_nums <= 0:
+            raise ClientError(f"pull: max_nums must be an integer > 0, got {max_nums!r}")
+        mq = self.wire_queue(queue)
+        try:
+            sub = build_subscription(mq.topic, expression, expression_type)
+        except ValueError as exc:
+            raise ClientError(f"pull {queue}: {exc}") from None
+        if self._reader is None:
+            # The engine's range reader on this consumer's client: the same pull path,
+            # transport and filters as its polls, in the non-blocking mode.
+            self._reader = RangeReader(
+                self.client,
+                self.group,
+                namespace=self.namespace,
+                timeout_ms=self.options.mq_client_api_timeout,
+                filter_hooks=self._filter_hooks,
+            )
+        if sub.expression_type is not ExpressionType.TAG:
+            checked = (sub.topic, sub.sub_string, sub.expression_type)
+            if checked not in self._checked_expressions:
+                # A broker logs an SQL92 expression it cannot parse and answers the pull
+                # anyway (as Java's): ask first, as subscribe does, once per expression.
+                await self._reader.check_subscription(sub)
+                self._checked_expressions.add(checked)
+        return await self._reader.pull(mq, offset, max_nums, sub, timeout_ms=timeout_ms)
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of ``topic``, from the name server, sorted."""
