@@ -489,3 +489,41 @@ def test_a_queue_rebuilt_after_retention_loads_without_another_rebuild(tmp_path:
         assert (store.min_offset("K", 0), store.max_offset("K", 0)) == (first, 400)
         r = results[first]
         assert record_at(store, "K", 0, first) == store.commit_log.read(r.commit_log_offset, r.size)
+
+
+def _rewrite_record_field(root: Path, r: PutResult, at: int, fmt: str, value: int) -> None:
+    """Overwrite one header field of the record of ``r`` (body CRC still passes)."""
+    with segment_path(root, r.commit_log_offset).open("r+b") as f:
+        f.seek(r.commit_log_offset % SEGMENT + at)
+        f.write(struct.pack(fmt, value))
+
+
+def test_a_record_claiming_another_records_place_does_not_take_it(tmp_path: Path) -> None:
+    """A damaged queue id makes record 163 (K:1 offset 81) claim K:0 offset 81, which
+    record 162 holds. Re-dispatch keeps the entry that indexes its own record, as
+    Java's dispatcher never builds an entry twice (found by hypothesis, seed 10)."""
+    root = tmp_path / "s"
+    with make_store(root) as store:
+        results = [put(store, "K", i % 2, i) for i in range(300)]
+        want = store.commit_log.read(results[162].commit_log_offset, results[162].size)
+    _rewrite_record_field(root, results[163], 12, ">i", 0)  # QUEUEID
+    (root / "checkpoint.json").unlink()
+    with make_store(root) as store:
+        assert record_at(store, "K", 0, 81) == want
+
+
+def test_a_record_claiming_a_far_queue_offset_costs_no_memory_per_offset(
+    tmp_path: Path,
+) -> None:
+    """A damaged queue offset of 4,000,000,000 once made the entry check list every
+    index up to it (the test run was killed for memory); only entries in files count."""
+    root = tmp_path / "s"
+    with make_store(root) as store:
+        results = [put(store, "K", i % 2, i) for i in range(300)]
+    _rewrite_record_field(root, results[163], 20, ">q", 4_000_000_000)  # QUEUEOFFSET
+    (root / "checkpoint.json").unlink()
+    with make_store(root) as store:
+        for r in results[:163]:
+            assert record_at(store, "K", r.queue_id, r.queue_offset) == store.commit_log.read(
+                r.commit_log_offset, r.size
+            ), r

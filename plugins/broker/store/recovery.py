@@ -354,7 +354,17 @@ def recover(
         if q < cq.max_offset:
             if q < cq.min_offset:
                 return  # its consume queue file was already retired
-            if cq.entry(q) == (offset, info.size, code):
+            existing = cq.entry(q)
+            if existing == (offset, info.size, code):
+                return
+            if (
+                existing is not None
+                and existing[0] != offset
+                and _is_its_record(commit_log, cq, q, existing[0], existing[1])
+            ):
+                # The entry already indexes a record that is its own; a second record
+                # claiming the same place is damaged (its queue id or offset bytes).
+                # Java's dispatcher does not build an entry twice either.
                 return
         elif q > cq.max_offset and not gaps:
             gaps.append(
@@ -548,7 +558,10 @@ def rebuild_entries(
         found.add(q)
 
     scan_records(commit_log, lo, hi, on_record)
-    missing = [i for i in range(first, stop) if i not in found]
+    # Only entries in files that exist: a damaged record's queue offset can have put
+    # one entry far past the rest (a sparse file), and the indexes between are no
+    # entries at all. Listing them would take memory without bound.
+    missing = [i for i in _indexes_in_files(cq, first, stop) if i not in found]
     cq.unrepaired.difference_update(found)
     cq.unrepaired.update(missing)
     if found:
@@ -577,6 +590,14 @@ def rebuild_entries(
             hi,
         )
     return len(found), len(missing)
+
+
+def _indexes_in_files(cq: ConsumeQueue, first: int, stop: int) -> Iterator[int]:
+    """The indexes in [first, stop) whose consume-queue file exists."""
+    for f in sorted(cq.files, key=lambda f: f.base_index):
+        yield from range(
+            max(first, f.base_index), min(stop, f.base_index + cq.entries_per_file)
+        )
 
 
 def _ranges(indexes: list[int]) -> str:
