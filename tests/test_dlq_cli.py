@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -144,3 +145,58 @@ def test_resend_to_the_retry_topic_is_consumed_once_by_a_push_consumer(broker: A
         consumer.shutdown()
     # Originals once from DlqTwo and copies once, shown under their original topic.
     assert sorted(got) == sorted([("DlqTwo", f"m{i}") for i in range(5)] * 2)
+
+
+def test_since_passes_over_older_dead_letters_and_records_them(broker: Any) -> None:
+    dead_letters(broker.broker_addr, "dg3", "DlqSince", ["old1", "old2"])
+    listed = json.loads(admin(broker, "dlq", "list", "--group", "dg3", "--json").stdout)
+    since = listed[0]["newest"] + 1
+    time.sleep(0.01)  # store times are in ms: the next dead letter is stored after `since`
+    dead_letters(broker.broker_addr, "dg3", "DlqSince", ["new"])
+    out = admin(broker, "dlq", "resend", "--group", "dg3", "--since", str(since))
+    assert out.returncode == 0, out.stderr
+    assert "resent 1 dead letter(s) of group dg3: 1 to DlqSince" in out.stdout
+    assert "passed over 2 dead letter(s) stored before --since" in out.stdout
+    assert "resent 0" in admin(broker, "dlq", "resend", "--group", "dg3").stdout
+    assert sorted(r["body"] for r in read_all(broker, "DlqSince", 4)) == [
+        "new",
+        "new",
+        "old1",
+        "old2",
+    ]
+
+
+def test_a_write_only_dlq_as_apache_creates_it_is_refused_with_the_fix(broker: Any) -> None:
+    dead_letters(broker.broker_addr, "dg4", "DlqPerm", ["x"])
+    assert (
+        admin(broker, "topic", "create", "%DLQ%dg4", "--queues", "1", "--perm", "2").returncode == 0
+    )
+    refused = admin(broker, "dlq", "list", "--group", "dg4")
+    assert refused.returncode == 1
+    assert "topic %DLQ%dg4 is not readable" in refused.stderr
+    assert "rmqk admin topic create %DLQ%dg4 --queues 1 --perm 6" in refused.stderr
+    fixed = admin(broker, "topic", "create", "%DLQ%dg4", "--queues", "1", "--perm", "6")
+    assert fixed.returncode == 0, fixed.stderr
+    listed = admin(broker, "dlq", "list", "--group", "dg4", "--json")
+    assert [(r["topic"], r["count"]) for r in json.loads(listed.stdout)] == [("DlqPerm", 1)]
+
+
+def test_a_dead_letter_without_retry_topic_stops_a_resend_without_to_topic(broker: Any) -> None:
+    dead_letters(broker.broker_addr, "dg5", "DlqNoTopic", ["first"])
+
+    async def orphan() -> None:
+        client = await RawClient.connect(broker.broker_addr)
+        try:
+            sent = await client.send_message("%DLQ%dg5", b"orphan")
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+        finally:
+            await client.close()
+
+    asyncio.run(orphan())
+    out = admin(broker, "dlq", "resend", "--group", "dg5")
+    assert out.returncode == 1
+    assert "has no RETRY_TOPIC property" in out.stderr
+    assert "1 were resent before it" in out.stderr
+    # The first was recorded; the orphan goes where --to-topic says.
+    rest = admin(broker, "dlq", "resend", "--group", "dg5", "--to-topic", "DlqNoTopic")
+    assert "resent 1 dead letter(s) of group dg5: 1 to DlqNoTopic" in rest.stdout

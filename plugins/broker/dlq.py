@@ -65,10 +65,19 @@ async def _dead_letters(
     await consumer.start()
     try:
         topic = DLQ_GROUP_TOPIC_PREFIX + group
-        try:
-            queues = await consumer.fetch_message_queues(topic)
-        except RmqkError:
+        route = await consumer.client.transport.get_route(
+            topic, consumer.options.mq_client_api_timeout
+        )
+        if route is None or not route.queue_datas:
             return  # no DLQ topic: the group has no dead letters
+        if not all(q.readable for q in route.queue_datas):
+            # Apache 4.9.8 creates %DLQ% topics write-only (perm 2): nothing can pull them.
+            raise RmqkError(
+                f"topic {topic} is not readable (Apache 4.9 creates dead-letter topics "
+                f"write-only): make it readable first, e.g. rmqk admin topic create {topic} "
+                "--queues 1 --perm 6"
+            )
+        queues = await consumer.fetch_message_queues(topic)
         for mq in queues:
             end = await consumer.max_offset(mq)
             start = await consumer.min_offset(mq)
