@@ -74,11 +74,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     print("Plugins:")
     for p in plugins:
-        origin = (
-            f"{p['distribution']} {p['version']}"
-            if p["distribution"]
-            else "(built into rmqk)"
-        )
+        origin = f"{p['distribution']} {p['version']}" if p["distribution"] else "(built into rmqk)"
         print(f"  {p['name']}  [{origin}]  {p['module']}")
         for hook in p["hooks"]:
             print(f"      {hook}")
@@ -269,16 +265,22 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 def _cmd_consume_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namesrv", required=True, help="name server address(es), ';'-separated")
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--tags", default=None, help='tag expression, e.g. "TagA || TagB"')
-    parser.add_argument("--sql", default=None, help="SQL92 filter expression (not with --tags)")
+    from rmqk.engine.consume_tool import from_arg, positive_int
+
+    select = parser.add_mutually_exclusive_group()
+    select.add_argument("--tags", default=None, help='tag expression, e.g. "TagA || TagB"')
+    select.add_argument("--sql", default=None, help="SQL92 filter expression (not with --tags)")
     parser.add_argument(
         "--from",
         dest="from_",
+        type=from_arg,
         default="latest",
         help="earliest, latest (default) or a store time: epoch ms or ISO 8601; with --group "
         "only for a group that has committed nothing yet",
     )
-    parser.add_argument("--count", type=int, default=None, help="exit after N messages (1 or more)")
+    parser.add_argument(
+        "--count", type=positive_int, default=None, help="exit after N messages (1 or more)"
+    )
     parser.add_argument(
         "--format",
         choices=("text", "json"),

@@ -200,3 +200,16 @@ def test_a_dead_letter_without_retry_topic_stops_a_resend_without_to_topic(broke
     # The first was recorded; the orphan goes where --to-topic says.
     rest = admin(broker, "dlq", "resend", "--group", "dg5", "--to-topic", "DlqNoTopic")
     assert "resent 1 dead letter(s) of group dg5: 1 to DlqNoTopic" in rest.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("show", "--count", "0"), "argument --count: must be 1 or more, got 0"),
+        (("resend", "--since", "soon"), "argument --since: --since must be epoch milliseconds"),
+    ],
+)
+def test_bad_values_are_usage_errors(args: tuple[str, ...], error: str) -> None:
+    out = rmqk("admin", "dlq", *args, "--group", "g", "--namesrv", "127.0.0.1:1")
+    assert out.returncode == 2
+    assert error in out.stderr

@@ -30,7 +30,7 @@ from rmqk.message import MessageExt
 from rmqk.model import ExpressionType, MessageModel, MessageQueue, PullResult, build_subscription
 from rmqk.transport import Transport
 
-__all__ = ["check_args", "consume", "message_json", "message_text", "parse_from"]
+__all__ = ["consume", "from_arg", "message_json", "message_text", "parse_from", "positive_int"]
 
 log = logging.getLogger("rmqk.consume")
 
@@ -52,7 +52,7 @@ def parse_from(value: str) -> str | int:
         when = datetime.fromisoformat(value)
     except ValueError:
         raise RmqkError(
-            f"--from must be earliest, latest, epoch milliseconds or an ISO 8601 time "
+            f"must be earliest, latest, epoch milliseconds or an ISO 8601 time "
             f"(e.g. 2026-11-28T16:00:00+00:00), got {value!r}"
         ) from None
     if when.tzinfo is None:
@@ -61,13 +61,23 @@ def parse_from(value: str) -> str | int:
     return int(when.timestamp() * 1000)
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Refuse options that contradict each other or are out of range, before connecting."""
-    if args.tags is not None and args.sql is not None:
-        raise RmqkError("--tags and --sql each select messages: give one or the other")
-    if args.count is not None and args.count < 1:
-        raise RmqkError(f"--count must be 1 or more, got {args.count}")
-    parse_from(args.from_)
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of 1 or more (a bad one is a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer of 1 or more, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def from_arg(text: str) -> str | int:
+    """An argparse type for ``--from``: :func:`parse_from`, its error a usage error."""
+    try:
+        return parse_from(text)
+    except RmqkError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _body(body: bytes) -> dict[str, str]:
@@ -160,7 +170,7 @@ async def _anonymous(args: argparse.Namespace, printer: _Printer) -> None:
             lite=True,
             on_subscription_missing=lambda: None,
         )
-        start = parse_from(args.from_)
+        start = args.from_
         out: asyncio.Queue[MessageExt] = asyncio.Queue(maxsize=1024)
 
         async def read(mq: MessageQueue) -> None:
@@ -207,7 +217,7 @@ async def _anonymous(args: argparse.Namespace, printer: _Printer) -> None:
 
 
 async def _grouped(args: argparse.Namespace, printer: _Printer) -> None:
-    start = parse_from(args.from_)
+    start = args.from_
     where: dict[str, Any] = {}
     if start == "earliest":
         where["consume_from_where"] = "CONSUME_FROM_FIRST_OFFSET"
@@ -238,7 +248,6 @@ async def _grouped(args: argparse.Namespace, printer: _Printer) -> None:
 
 
 async def consume(args: argparse.Namespace) -> int:
-    check_args(args)
     printer = _Printer(args.format, args.count)
     with contextlib.suppress(asyncio.CancelledError):
         if args.group is None:

@@ -434,7 +434,7 @@ def _check_values(args: argparse.Namespace) -> None:
     """Refuse values no broker call should be made with, before connecting."""
     if not args.timeout > 0:
         raise RmqkError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
-    for flag in ("queues", "read_queues", "write_queues", "max_num", "count"):
+    for flag in ("queues", "read_queues", "write_queues", "max_num"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise RmqkError(f"--{flag.replace('_', '-')} must be 1 or more, got {value}")

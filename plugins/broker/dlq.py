@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from rmqk.engine.consume_tool import message_json
+from rmqk.engine.consume_tool import message_json, positive_int
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.errors import RmqkError
@@ -219,7 +219,7 @@ def add_dlq_arguments(sub: Any, common: Any) -> None:
     for parser in (listing, show, resend):
         common(parser)
         parser.add_argument("--group", "-g", required=True, help="the consumer group")
-    show.add_argument("--count", type=int, default=None, help="show at most N (1 or more)")
+    show.add_argument("--count", type=positive_int, default=None, help="show at most N (1 or more)")
     resend.add_argument(
         "--since",
         type=_since,
