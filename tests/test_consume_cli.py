@@ -175,3 +175,24 @@ def test_bodies_that_are_not_utf8_as_the_docs_say() -> None:
     assert row["body_encoding"] == "base64"
     assert base64.b64decode(row["body"]) == b"a\xff\\b\r"
     assert "body_encoding" not in json.loads(message_json(MessageExt(topic="T", body=b"ok")))
+
+
+def test_sql_filter_on_a_broker_that_filters_and_refusal_on_one_that_does_not(
+    broker: Any, broker_thread_factory: Any
+) -> None:
+    lines = (
+        '{"body": "hit", "properties": {"a": "2"}}\n{"body": "miss", "properties": {"a": "0"}}\n'
+    )
+    # The module's broker has property filtering off, as Apache's default.
+    assert produce(broker.namesrv_addr, "ConsoleSql", "--stdin", input=lines).returncode == 0
+    refused = consume(broker.namesrv_addr, "ConsoleSql", "--from", "earliest", "--sql", "a > 1")
+    assert refused.returncode == 1
+    assert "refused the subscription to 'ConsoleSql' by 'a > 1'" in refused.stderr
+    filtering = broker_thread_factory(enable_property_filter=True)
+    assert produce(filtering.namesrv_addr, "ConsoleSql", "--stdin", input=lines).returncode == 0
+    # Two lines wanted, one matches: --count 1 exits after "hit"; "miss" never shows.
+    out = consume(
+        filtering.namesrv_addr, "ConsoleSql", "--from", "earliest", "--count", "1", "--sql", "a > 1"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["hit"]

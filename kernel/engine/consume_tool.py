@@ -22,6 +22,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.pull import PullAPI
 from rmqk.engine.startup import client_for, resolve_namesrv
@@ -156,7 +157,12 @@ async def _anonymous(args: argparse.Namespace, printer: _Printer) -> None:
         if not queues:
             raise ClientError(f"topic {args.topic!r} has no readable queue (does it exist?)")
         expression, etype = _expression(args)
-        sub = build_subscription(args.topic, expression, etype, int(time.time() * 1000))
+        try:
+            sub = build_subscription(args.topic, expression, etype, int(time.time() * 1000))
+        except ValueError as exc:
+            raise ClientError(f"--tags/--sql {expression!r}: {exc}") from None
+        # A broker that cannot filter by SQL92 would refuse every pull: ask once, and stop.
+        await check_client_in_broker(client, ANONYMOUS_GROUP, [sub])
         pull = PullAPI(
             client,
             ANONYMOUS_GROUP,
