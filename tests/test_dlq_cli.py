@@ -213,3 +213,13 @@ def test_bad_values_are_usage_errors(args: tuple[str, ...], error: str) -> None:
     out = rmqk("admin", "dlq", *args, "--group", "g", "--namesrv", "127.0.0.1:1")
     assert out.returncode == 2
     assert error in out.stderr
+
+
+def test_a_failed_send_is_not_recorded_and_the_next_resend_sends_it(broker: Any) -> None:
+    dead_letters(broker.broker_addr, "dg6", "DlqFail", ["only"])
+    failed = admin(broker, "dlq", "resend", "--group", "dg6", "--to-topic", "bad topic!")
+    assert failed.returncode == 1
+    assert "sending the dead letter at offset 0 of %DLQ%dg6 to bad topic! failed" in failed.stderr
+    assert "0 were resent before it" in failed.stderr
+    again = admin(broker, "dlq", "resend", "--group", "dg6")
+    assert "resent 1 dead letter(s) of group dg6: 1 to DlqFail" in again.stdout

@@ -193,7 +193,14 @@ async def admin_dlq_resend(client: Any, args: argparse.Namespace) -> int:
                         "RETRY_TOPIC property, so its original topic is unknown: give "
                         f"--to-topic; {sum(sent.values())} were resent before it"
                     )
-                await producer.send(_copy(msg, topic))
+                try:
+                    await producer.send(_copy(msg, topic))
+                except RmqkError as exc:
+                    raise RmqkError(
+                        f"sending the dead letter at offset {msg.queue_offset} of {mq.topic} to "
+                        f"{topic} failed: {exc}; {sum(sent.values())} were resent before it and "
+                        "a new resend starts at this one"
+                    ) from exc
                 sent[topic] = sent.get(topic, 0) + 1
             # Recorded at once: a second resend starts after this one.
             await consumer.commit({mq: msg.queue_offset + 1})
