@@ -74,11 +74,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     print("Plugins:")
     for p in plugins:
-        origin = (
-            f"{p['distribution']} {p['version']}"
-            if p["distribution"]
-            else "(built into rmqk)"
-        )
+        origin = f"{p['distribution']} {p['version']}" if p["distribution"] else "(built into rmqk)"
         print(f"  {p['name']}  [{origin}]  {p['module']}")
         for hook in p["hooks"]:
             print(f"      {hook}")
@@ -270,6 +266,46 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     return asyncio.run(produce(args))
 
 
+def _cmd_consume_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namesrv", required=True, help="name server address(es), ';'-separated")
+    parser.add_argument("--topic", required=True)
+    from rmqk.engine.consume_tool import from_arg, positive_int
+
+    select = parser.add_mutually_exclusive_group()
+    select.add_argument("--tags", default=None, help='tag expression, e.g. "TagA || TagB"')
+    select.add_argument("--sql", default=None, help="SQL92 filter expression (not with --tags)")
+    parser.add_argument(
+        "--from",
+        dest="from_",
+        type=from_arg,
+        default="latest",
+        help="earliest, latest (default) or a store time: epoch ms or ISO 8601; with --group "
+        "only for a group that has committed nothing yet",
+    )
+    parser.add_argument(
+        "--count", type=positive_int, default=None, help="exit after N messages (1 or more)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: the body as UTF-8 (bad bytes as U+FFFD); json: MessageExt's attributes, "
+        'body base64 with "body_encoding": "base64" when not UTF-8',
+    )
+    parser.add_argument(
+        "--group",
+        default=None,
+        help="consume as a member of this group, committing offsets (without it: nothing is "
+        "registered or committed)",
+    )
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    from rmqk.engine.consume_tool import consume
+
+    return asyncio.run(consume(args))
+
+
 BUILTIN_COMMANDS: dict[str, Command] = {
     "plugins": Command(
         help="list installed plugins, their hooks and the names they register",
@@ -306,6 +342,15 @@ BUILTIN_COMMANDS: dict[str, Command] = {
         examples=(
             "rmqk produce --namesrv 127.0.0.1:9876 --topic Orders --count 10000 --tags TagA,TagB",
             "cat events.jsonl | rmqk produce --namesrv 127.0.0.1:9876 --topic Orders --stdin",
+        ),
+    ),
+    "consume": Command(
+        help="print a topic's messages one a line as they arrive (kafka-console-consumer)",
+        run=_cmd_consume,
+        add_arguments=_cmd_consume_args,
+        examples=(
+            "rmqk consume --namesrv 127.0.0.1:9876 --topic Orders --from earliest --count 10",
+            "rmqk consume --namesrv 127.0.0.1:9876 --topic Orders --tags TagA --format json",
         ),
     ),
     "bench": Command(

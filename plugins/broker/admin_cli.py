@@ -24,6 +24,7 @@ from rmqk.message import MessageExt
 from rmqk.model import PERM_READ, PERM_WRITE
 from rmqk.namespace import check_namespace, namespace_of, wrap
 from rmqk.plugins.broker.admin_client import LONG_MAX, AdminClient, MessageIdKind, TopicInfo
+from rmqk.plugins.broker.dlq import add_dlq_arguments
 
 __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
 
@@ -441,6 +442,8 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     add_trace_arguments(trace)
     trace.set_defaults(_admin=admin_trace)
 
+    add_dlq_arguments(sub, _admin_common)
+
 
 # The perm values mqadmin updateTopic documents (-p 2|4|6); others are refused, not stored.
 _TOPIC_PERMS = (PERM_WRITE, PERM_READ, PERM_READ | PERM_WRITE)
@@ -522,5 +525,7 @@ ADMIN_COMMAND = Command(
         "rmqk admin trace 7F0000011F8B18B4AAC2536A7E3D0000",
         "rmqk admin message 0A0000016F2A18B4AAC2620D7BE40000 --topic Orders",
         "rmqk admin message --key order-1001 --topic Orders",
+        "rmqk admin dlq list --group order-analytics",
+        "rmqk admin dlq resend --group order-analytics --to-topic %RETRY%order-analytics",
     ),
 )
