@@ -117,3 +117,67 @@ def test_not_exactly_one_way_is_a_usage_error(broker_thread, capsys, argv):
     assert code == 2
     assert "exactly one of --timestamp, --to, --offset N --queue Q" in err
     assert _stored(broker_thread.namesrv_addr, "rg5", "ResetE") == {0: 6, 1: 4, 2: 0, 3: 0}
+
+
+def test_running_push_and_async_push_consumers_both_rewind(broker_thread, capsys, monkeypatch):
+    """Two client kinds of one group, running: the broker pushes 220 to each, each rewinds."""
+    from engine_support import create_topic, held_queues, produce
+
+    from rmqk.engine.consumer import AsyncPushConsumer
+    from rmqk.engine.sync import PushConsumer, run_in_loop
+
+    # Java waits 10 s between dropping the queues and applying the offsets.
+    monkeypatch.setattr(AsyncPushConsumer, "reset_offset_pause_ms", 200)
+    asyncio.run(create_topic(broker_thread, "ResetRun", 4))
+    bodies = [f"r{i}".encode() for i in range(100)]
+    got_sync: list[bytes] = []
+    got_async: list[bytes] = []
+    options = {
+        "namesrv_addr": broker_thread.namesrv_addr,
+        "consume_from_where": "CONSUME_FROM_FIRST_OFFSET",
+    }
+    sync = PushConsumer("rg-run", instance_name="sync-one", **options)
+    sync.subscribe("ResetRun")
+    sync.register_listener(lambda msgs: got_sync.extend(m.body for m in msgs))
+    other = AsyncPushConsumer("rg-run", instance_name="async-one", **options)
+    other.subscribe("ResetRun")
+    other.register_listener(lambda msgs: got_async.extend(m.body for m in msgs))
+    sync.start()
+    run_in_loop(other.start())
+    try:
+        # Balanced before anything is sent: a queue moving mid-pass re-delivers (at least once).
+        _wait(
+            lambda: (
+                len(held_queues(sync.inner, "ResetRun")) == 2
+                and len(held_queues(other, "ResetRun")) == 2
+            ),
+            "both members holding two queues each",
+        )
+        asyncio.run(produce(broker_thread.namesrv_addr, "ResetRun", bodies))
+        _wait(lambda: len(got_sync) + len(got_async) >= 100, "the first pass")
+        assert sorted(got_sync + got_async) == sorted(bodies)
+        run_in_loop(sync.inner.persist_consumer_offset())
+        run_in_loop(other.persist_consumer_offset())
+        first_sync, first_async = len(got_sync), len(got_async)
+        code, out, err = _reset(
+            broker_thread, "--group", "rg-run", "--topic", "ResetRun", "--to", "earliest",
+            "--json", capsys=capsys,
+        )  # fmt: skip
+        assert code == 0, err
+        assert all(r["after"] == 0 for r in json.loads(out))
+        _wait(lambda: len(got_sync) + len(got_async) >= 200, "the rewound second pass")
+        assert len(got_sync) > first_sync and len(got_async) > first_async
+    finally:
+        sync.shutdown()
+        run_in_loop(other.shutdown())
+    assert sorted(got_sync + got_async) == sorted(bodies * 2)
+
+
+def _wait(predicate, what: str) -> None:
+    import time
+
+    for _ in range(600):
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
