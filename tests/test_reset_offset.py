@@ -167,6 +167,13 @@ def test_running_push_and_async_push_consumers_both_rewind(broker_thread, capsys
         assert all(r["after"] == 0 for r in json.loads(out))
         _wait(lambda: len(got_sync) + len(got_async) >= 200, "the rewound second pass")
         assert len(got_sync) > first_sync and len(got_async) > first_async
+        # A written offset the running members would overwrite is refused, not half done.
+        code, _, err = _reset(
+            broker_thread, "--group", "rg-run", "--topic", "ResetRun", "--offset", "5",
+            "--queue", "0", capsys=capsys,
+        )  # fmt: skip
+        assert code == 1
+        assert "has members online" in err
     finally:
         sync.shutdown()
         run_in_loop(other.shutdown())
@@ -181,3 +188,36 @@ def _wait(predicate, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_operations_guide_example_runs(broker_thread, tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    section = page.split("## Resetting a group's offsets", 1)[1].split("\n## ", 1)[0]
+    (shell,) = re.findall(r"^```bash\n(.*?)^```", section, re.M | re.S)
+    (python_code,) = re.findall(r"^```python\n(.*?)^```", section, re.M | re.S)
+    _setup(broker_thread, "order-analytics", "Orders")
+    n = broker_thread.namesrv_addr
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-euc", shell.replace("127.0.0.1:9876", n)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("DRY RUN: nothing changed") == 1
+    # The 2020-01-01 reset is before every message: the first offsets; then queue 0 to 1.
+    assert _stored(n, "order-analytics", "Orders") == {0: 1, 1: 0, 2: 0, 3: 0}
+    _commit(broker_thread.broker_addr, "order-analytics", "Orders", 1, 4)
+    script = tmp_path / "reset.py"
+    script.write_text(python_code.replace("127.0.0.1:9876", n))
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "broker-a 1 4 0" in ran.stdout.splitlines()
+    assert _stored(n, "order-analytics", "Orders") == {0: 0, 1: 0, 2: 0, 3: 0}
