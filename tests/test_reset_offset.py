@@ -79,6 +79,8 @@ def test_timestamp_in_the_middle(broker_thread, capsys):
     time.sleep(0.5)
     middle = int(time.time() * 1000)
     _produce(broker_thread.broker_addr, "ResetC", 3, queue_id=0)
+    for q in range(1, 4):  # Apache's broker wants an offset on every write queue
+        _commit(broker_thread.broker_addr, "rg3", "ResetC", q, 0)
     _commit(broker_thread.broker_addr, "rg3", "ResetC", 0, 6)
 
     async def go() -> list[tuple[int, int, int]]:
@@ -221,3 +223,41 @@ def test_the_operations_guide_example_runs(broker_thread, tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert "broker-a 1 4 0" in ran.stdout.splitlines()
     assert _stored(n, "order-analytics", "Orders") == {0: 0, 1: 0, 2: 0, 3: 0}
+
+
+def test_a_member_gets_the_push_apache_sends(broker_thread):
+    """RESET_CONSUMER_CLIENT_OFFSET as Apache's Broker2Client builds it: topic, group,
+    timestamp on the header (isForce left false), ResetOffsetBody with each queue's offset."""
+    from test_broker_support import RawClient
+
+    from rmqk.plugins.remoting.bodies import decode_reset_offset
+    from rmqk.protocol import RequestCode
+
+    _setup(broker_thread, "rg-raw", "ResetRaw")
+
+    async def go() -> tuple[object, list[object]]:
+        member = await RawClient.connect(broker_thread.broker_addr)
+        try:
+            await member.heartbeat("raw-member", "rg-raw", {"ResetRaw": "*"})
+            async with AdminClient(broker_thread.namesrv_addr) as admin:
+                rows = await admin.reset_offset("rg-raw", "ResetRaw", to="earliest")
+            for _ in range(10):
+                push = await member.next_inbound()
+                if push.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+                    return push, rows
+            raise AssertionError("no RESET_CONSUMER_CLIENT_OFFSET reached the member")
+        finally:
+            await member.close()
+
+    push, rows = asyncio.run(go())
+    assert push.ext_fields == {
+        "topic": "ResetRaw",
+        "group": "rg-raw",
+        "timestamp": "0",
+        "isForce": "false",
+    }
+    offsets = {mq.queue_id: o for mq, o in decode_reset_offset(push.body).items()}
+    assert offsets == {0: 0, 1: 0, 2: 0, 3: 0}
+    assert [(r.queue_id, r.before, r.after) for r in rows] == [
+        (0, 6, 0), (1, 4, 0), (2, 0, 0), (3, 0, 0)
+    ]  # fmt: skip
