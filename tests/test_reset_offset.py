@@ -261,3 +261,19 @@ def test_a_member_gets_the_push_apache_sends(broker_thread):
     assert [(r.queue_id, r.before, r.after) for r in rows] == [
         (0, 6, 0), (1, 4, 0), (2, 0, 0), (3, 0, 0)
     ]  # fmt: skip
+
+
+def test_timestamps_are_epoch_milliseconds_or_iso_8601_local_without_a_zone():
+    import datetime
+
+    from rmqk.errors import RmqkError
+    from rmqk.plugins.broker.reset_offset import parse_timestamp
+
+    assert parse_timestamp("1700000000123") == 1700000000123
+    assert parse_timestamp("2020-01-01T00:00:00+00:00") == 1577836800000
+    local = datetime.datetime(2020, 1, 1, 8, 30).timestamp()  # naive: the local zone
+    assert parse_timestamp("2020-01-01T08:30:00") == int(local * 1000)
+    with pytest.raises(RmqkError, match="neither epoch milliseconds nor ISO 8601"):
+        parse_timestamp("yesterday")
+    with pytest.raises(RmqkError, match=">= 0"):
+        parse_timestamp("-5")
