@@ -486,7 +486,8 @@ ADMIN_COMMAND = Command(
         "rmqk admin topic list --json",
         "rmqk admin consumer progress order-analytics",
         "rmqk admin consumer progress order-analytics --namespace ns1",
-        "rmqk admin consumer reset-offset --group order-analytics --topic Orders --to earliest",
+        "rmqk admin consumer reset-offset --group order-analytics --topic Orders --to earliest "
+        "--dry-run",
         "rmqk admin message 7F00000100002A9F0000000000000000",
         "rmqk admin trace 7F0000011F8B18B4AAC2536A7E3D0000",
         "rmqk admin message 0A0000016F2A18B4AAC2620D7BE40000 --topic Orders",
