@@ -387,6 +387,14 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     progress.add_argument("--topic", "-t", default=None, help="only this topic")
     _namespace_arg(progress, "GROUP and --topic are taken as the namespace's clients name them")
     progress.set_defaults(_admin=_admin_consumer_progress)
+    from rmqk.plugins.broker.reset_offset import add_reset_arguments, run_reset
+
+    reset = consumer_sub.add_parser(
+        "reset-offset", help="move a group's offsets on a topic to a time, an end or an offset"
+    )
+    _admin_common(reset)
+    add_reset_arguments(reset)
+    reset.set_defaults(_admin=run_reset)
 
     message = sub.add_parser(
         "message", help="show a message by offset id or unique id, or list messages by key"
@@ -521,6 +529,8 @@ ADMIN_COMMAND = Command(
         "rmqk admin topic list --json",
         "rmqk admin consumer progress order-analytics",
         "rmqk admin consumer progress order-analytics --namespace ns1",
+        "rmqk admin consumer reset-offset --group order-analytics --topic Orders --to earliest "
+        "--dry-run",
         "rmqk admin message 7F00000100002A9F0000000000000000",
         "rmqk admin trace 7F0000011F8B18B4AAC2536A7E3D0000",
         "rmqk admin message 0A0000016F2A18B4AAC2620D7BE40000 --topic Orders",

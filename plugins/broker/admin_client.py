@@ -383,6 +383,36 @@ class AdminClient:
             )
         return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
 
+    async def reset_offset(
+        self,
+        group: str,
+        topic: str,
+        *,
+        timestamp: int | None = None,
+        to: str | None = None,
+        offset: int | None = None,
+        queue: int | None = None,
+        dry_run: bool = False,
+    ) -> list[Any]:
+        """mqadmin resetOffsetByTime and its kin: see :mod:`rmqk.plugins.broker.reset_offset`.
+
+        Returns one ``OffsetReset`` (queue, offset before, after) per queue touched.
+        """
+        from rmqk.plugins.broker.reset_offset import reset_offset
+
+        return list(
+            await reset_offset(
+                self,
+                group,
+                topic,
+                timestamp=timestamp,
+                to=to,
+                offset=offset,
+                queue=queue,
+                dry_run=dry_run,
+            )
+        )
+
     async def broker_addrs(self) -> set[str]:
         """Every address a broker of the cluster registered, masters and slaves."""
         return {addr for broker in await self.brokers() for addr in broker.addrs.values()}

@@ -170,14 +170,17 @@ class AdminBrokerProcessor(Processor):
         topic, group = h.text("topic"), h.text("group")
         timestamp = h.number("timestamp")
         force = h.boolean("isForce", True)
-        if self.ctx.store.topics.get(topic) is None:
+        config = self.ctx.store.topics.get(topic)
+        if config is None:
             return make_response(
                 request,
                 ResponseCode.SYSTEM_ERROR,
                 f"[reset-offset] topic config not exist, {topic}",
             )
         offsets: dict[MessageQueue, int] = {}
-        for queue_id in self.ctx.store.queue_ids(topic):
+        # Apache walks the topic's write queues, written to or not: the offset table holds
+        # every queue a member may hold.
+        for queue_id in range(config.write_queue_nums):
             mq = MessageQueue(topic, self.ctx.settings.broker_name, queue_id)
             current = self.ctx.store.consumer_offsets.query_offset(group, topic, queue_id)
             if current == -1:
@@ -201,7 +204,7 @@ class AdminBrokerProcessor(Processor):
                 f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} "
                 f"Timestamp: {timestamp}",
             )
-        body = reset_offset(channels, topic, group, timestamp, force, offsets)
+        body = reset_offset(channels, topic, group, timestamp, offsets)
         return make_response(request, body=body)
 
     # -- queue locks -------------------------------------------------------------

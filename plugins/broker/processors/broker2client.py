@@ -56,7 +56,6 @@ def reset_offset(
     topic: str,
     group: str,
     timestamp: int,
-    force: bool,
     offsets: dict[MessageQueue, int],
 ) -> bytes:
     """resetOffset: push the new offsets to every client of the group; the body sent."""
@@ -64,7 +63,9 @@ def reset_offset(
     for channel in channels:
         push = make_request(
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-            fields={"topic": topic, "group": group, "timestamp": timestamp, "isForce": force},
+            # Apache's broker sets topic, group and timestamp on the pushed header; isForce
+            # is left at its default, so a 4.9.8 client always reads false here.
+            fields={"topic": topic, "group": group, "timestamp": timestamp, "isForce": False},
             body=body,
         )
         channel.channel.oneway(push)
