@@ -87,6 +87,21 @@ def test_quickstart_toml_consumes_every_message_into_its_file(broker: Any, tmp_p
     assert len(records) == 1000
     assert len({(r["queue_id"], r["queue_offset"]) for r in records}) == 1000
 
+    # The page names a line's fields, in order, and their encodings.
+    listed = re.search(
+        r"A line is a JSON object with the fields (.*?), in that order",
+        QUICKSTART.read_text(),
+        re.S,
+    )
+    assert listed is not None, "the quickstart no longer says what a line holds"
+    fields = re.findall(r"`(\w+)`", listed.group(1))
+    for r in records:
+        assert list(r) == fields
+        assert isinstance(r["body"], str) and isinstance(r["born_timestamp"], int)
+        # Milliseconds since the epoch: after 2001-09-09 (1e12 ms), which seconds are not.
+        assert r["born_timestamp"] > 10**12 and r["store_timestamp"] > 10**12
+    assert {r["tags"] for r in records} == {"TagA", "TagB"}
+
 
 @pytest.mark.spark
 def test_readme_toml_lands_tag_a_and_b_in_parquet(broker: Any, tmp_path: Path) -> None:
