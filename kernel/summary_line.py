@@ -33,7 +33,8 @@ def progress_text(
     """One consumer's part of the line (also a supervised group's, summed over its workers)."""
     if namesrv_error is not None:
         # Without routes every other figure is zero or unknown: say why instead.
-        return f"{name}: name server {namesrv} unreachable ({namesrv_error}), retrying"
+        # "retrying" before the reason: a narrow terminal cuts the line's end.
+        return f"{name}: name server {namesrv} unreachable, retrying ({namesrv_error})"
     flow = f", flow control {held_rate:,.0f}/s" if held_rate >= 0.5 else ""
     # A misspelt topic is otherwise only "0 queues ... lag ?" for as long as it runs.
     unrouted = (
@@ -53,7 +54,7 @@ class SummaryLine:
 
     ``orders: 8 queues, 12,345 consumed (1,234/s), 0 failed, 32 cached, lag 1,200``, with
     ``flow control 12/s`` before the lag while queues are held back, or ``orders: name
-    server 10.0.0.5:9876 unreachable (...), retrying`` while no name server answers.
+    server 10.0.0.5:9876 unreachable, retrying (...)`` while no name server answers.
     Log records written to the same terminal first clear the line (see :meth:`stream`).
     """
 

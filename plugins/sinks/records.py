@@ -6,10 +6,25 @@ import base64
 import json
 from typing import Any
 
-from rmqk.message import MessageExt
+from rmqk.message import MessageExt, MessageProperty
 from rmqk.model import MessageQueue
 
-__all__ = ["BODY_FORMATS", "RECORD_KEYS", "is_bad", "message_record"]
+__all__ = ["BODY_FORMATS", "EXCLUDED_PROPERTIES", "RECORD_KEYS", "is_bad", "message_record"]
+
+# Properties a record leaves out of ``properties``: the ones with a field of their own
+# (tags, keys, the unique id as msg_id) and the ones a consumer adds on each delivery
+# (MIN_OFFSET, MAX_OFFSET, CONSUME_START_TIME), so a redelivered message gives the same
+# record in every sink, as the Spark sink's rows do.
+EXCLUDED_PROPERTIES = frozenset(
+    {
+        MessageProperty.TAGS,
+        MessageProperty.KEYS,
+        MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+        MessageProperty.MIN_OFFSET,
+        MessageProperty.MAX_OFFSET,
+        MessageProperty.CONSUME_START_TIMESTAMP,
+    }
+)
 
 BODY_FORMATS = ("text", "base64", "json")
 # The keys of every record, in order.
@@ -61,7 +76,9 @@ def message_record(
         "msg_id": msg.msg_id,
         "keys": msg.keys,
         "tags": msg.tags,
-        "properties": dict(msg.properties),
+        "properties": {
+            k: v for k, v in msg.properties.items() if k not in EXCLUDED_PROPERTIES
+        },
         "body": None,
         "born_timestamp": msg.born_timestamp,
         "store_timestamp": msg.store_timestamp,

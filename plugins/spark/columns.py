@@ -22,6 +22,7 @@ import attrs
 from rmqk.extensions import extensions_disabled
 from rmqk.message import PROPERTY_SEPARATOR, MessageExt, MessageProperty
 from rmqk.model import MessageQueue
+from rmqk.plugins.sinks.records import EXCLUDED_PROPERTIES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,16 +65,6 @@ COLUMNS: tuple[Column, ...] = (
 DDL = ", ".join(f"{c.name} {c.ddl_type}" for c in COLUMNS)
 COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 
-EXCLUDED_PROPERTIES = frozenset(
-    {
-        MessageProperty.TAGS,
-        MessageProperty.KEYS,
-        MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-        MessageProperty.MIN_OFFSET,
-        MessageProperty.MAX_OFFSET,
-        MessageProperty.CONSUME_START_TIMESTAMP,
-    }
-)
 
 _Pair = tuple[MessageQueue | None, Sequence[MessageExt]]
 # The MessageExt slots the compiled builder reads, in the order _columns.c numbers them.
