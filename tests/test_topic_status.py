@@ -169,3 +169,14 @@ def test_the_docs_describe_the_command() -> None:
     (row,) = [line for line in migration.splitlines() if line.startswith("| `topicStatus -t T`")]
     assert "`rmqk admin topic status T`" in row and "not in rmqk yet" not in row
     assert "`rmqk admin topic status T`" in (docs / "cli.md").read_text()
+
+
+def test_namespace_names_the_topic_as_its_clients_do(broker_thread, capsys):
+    _fill(broker_thread, "ns1%StatusN")
+    ns = broker_thread.namesrv_addr
+    argv = ("admin", "topic", "status", "StatusN", "--namespace", "ns1", "-n", ns, "--json")
+    code, out, err = _cli(capsys, *argv)
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["topic"] == "ns1%StatusN"
+    assert [q["max_offset"] for q in answer["queues"]] == [SENT[q] for q in range(4)]
