@@ -135,6 +135,30 @@ async def _admin_topic_list(client: AdminClient, args: argparse.Namespace) -> in
     return 0
 
 
+async def _admin_topic_status(client: AdminClient, args: argparse.Namespace) -> int:
+    args.topic = wrap(_namespace(args), args.topic)
+    rows = await client.topic_status(args.topic)
+    if args.json:
+        _print_json({"topic": args.topic, "queues": [attrs.asdict(r) for r in rows]})
+        return 0
+    print(
+        _table(
+            ["BROKER", "QID", "MIN OFFSET", "MAX OFFSET", "LAST UPDATED"],
+            [
+                [
+                    r.broker_name,
+                    r.queue_id,
+                    r.min_offset,
+                    r.max_offset,
+                    _time_text(r.last_update_timestamp),
+                ]
+                for r in rows
+            ],
+        )
+    )
+    return 0
+
+
 async def _admin_consumer_progress(client: AdminClient, args: argparse.Namespace) -> int:
     namespace = _namespace(args)
     args.group = wrap(namespace, args.group)
@@ -347,7 +371,7 @@ def _namespace_arg(parser: argparse.ArgumentParser, what: str) -> None:
 
 def _admin_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="admin_command", metavar="SUBCOMMAND")
-    topic = sub.add_parser("topic", help="create or list topics")
+    topic = sub.add_parser("topic", help="create, list or show the queues of topics")
     topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
 
     create = topic_sub.add_parser("create", help="create or update a topic on the master brokers")
@@ -376,6 +400,15 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--cluster", "-c", default=None, help="only brokers of this cluster")
     _namespace_arg(listing, "list only its topics, retry and dead-letter topics included")
     listing.set_defaults(_admin=_admin_topic_list)
+
+    status = topic_sub.add_parser(
+        "status",
+        help="per queue: min offset, max offset and last store time (mqadmin topicStatus)",
+    )
+    _admin_common(status)
+    status.add_argument("topic")
+    _namespace_arg(status, "the topic shown is <namespace>%%TOPIC")
+    status.set_defaults(_admin=_admin_topic_status)
 
     consumer = sub.add_parser("consumer", help="consumer groups")
     consumer_sub = consumer.add_subparsers(dest="consumer_command", metavar="ACTION")
@@ -474,8 +507,8 @@ def _admin_run(args: argparse.Namespace) -> int:
     action = getattr(args, "_admin", None)
     if action is None:
         print(
-            "rmqk admin: choose a subcommand: topic create|list, consumer progress, message, trace "
-            "(see rmqk admin --help)",
+            "rmqk admin: choose a subcommand: topic create|list|status, consumer progress, "
+            "message, trace (see rmqk admin --help)",
             file=sys.stderr,
         )
         return 2
@@ -527,6 +560,7 @@ ADMIN_COMMAND = Command(
     examples=(
         "rmqk admin topic create Orders --queues 8",
         "rmqk admin topic list --json",
+        "rmqk admin topic status Orders",
         "rmqk admin consumer progress order-analytics",
         "rmqk admin consumer progress order-analytics --namespace ns1",
         "rmqk admin consumer reset-offset --group order-analytics --topic Orders --to earliest "

@@ -33,6 +33,8 @@ __all__ = [
     "QueryResult",
     "QueueProgress",
     "TopicInfo",
+    "TopicQueueStatus",
+    "decode_topic_stats",
     "message_id_kind",
 ]
 
@@ -113,6 +115,22 @@ class QueueProgress:
     @property
     def diff(self) -> int:
         return self.broker_offset - self.consumer_offset
+
+
+@attrs.frozen
+class TopicQueueStatus:
+    """One queue of a topic as GET_TOPIC_STATS_INFO tells it (Java's TopicOffset).
+
+    ``last_update_timestamp`` is the store time of the queue's last message, in epoch
+    ms; 0 for a queue no message was written to.
+    """
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
 
 
 @attrs.frozen
@@ -383,6 +401,40 @@ class AdminClient:
             )
         return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
 
+    async def topic_stats(self, addr: str, topic: str) -> list[TopicQueueStatus]:
+        """GET_TOPIC_STATS_INFO to one broker: its queues of ``topic`` (a TopicStatsTable)."""
+        response = await self.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise RmqkError(
+                f"topic {topic!r} does not exist on the broker {addr} (TOPIC_NOT_EXIST: "
+                f"{response.remark}), though the name server routes it there"
+            )
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark, addr)
+        return decode_topic_stats(response.body)
+
+    async def topic_status(self, topic: str) -> list[TopicQueueStatus]:
+        """mqadmin topicStatus (examineTopicStats): every queue of ``topic``, broker by broker.
+
+        Asks each broker of the topic's route (its master, else a slave, as Java's
+        selectBrokerAddr) and returns the queues sorted by broker name, then queue id.
+        A topic the name server has no route for, or no queue of, is an error.
+        """
+        brokers = await self.route_brokers(topic)
+        addrs = [a for a in (_select_addr(b) for b in brokers or ()) if a is not None]
+        if not addrs:
+            raise RmqkError(
+                f"topic {topic!r} has no route on the name server {self.namesrv_addr} "
+                "(TOPIC_NOT_EXIST)"
+            )
+        rows: list[TopicQueueStatus] = []
+        for addr in addrs:
+            rows.extend(await self.topic_stats(addr, topic))
+        if not rows:
+            # Java: "Not found the topic stats info".
+            raise RmqkError(f"topic {topic!r} has no queues on any of its brokers ({addrs})")
+        return sorted(rows, key=lambda r: (r.broker_name, r.queue_id))
+
     async def reset_offset(
         self,
         group: str,
@@ -556,6 +608,26 @@ class AdminClient:
         return stamp, decode_messages(response.body)
 
 
+def decode_topic_stats(body: bytes) -> list[TopicQueueStatus]:
+    """A TopicStatsTable body as fastjson writes it: MessageQueue objects as map keys."""
+    data = jsonwire.loads(body) if body else {}
+    out = []
+    for key, offsets in _pairs(_mapping(data).get("offsetTable")):
+        mq = _mapping(key)
+        entry = _mapping(offsets)
+        out.append(
+            TopicQueueStatus(
+                topic=str(mq["topic"]),
+                broker_name=str(mq["brokerName"]),
+                queue_id=int(mq["queueId"]),
+                min_offset=int(entry.get("minOffset", 0)),
+                max_offset=int(entry.get("maxOffset", 0)),
+                last_update_timestamp=int(entry.get("lastUpdateTimestamp", 0)),
+            )
+        )
+    return out
+
+
 def _select_addr(broker: BrokerInfo) -> str | None:
     """BrokerData.selectBrokerAddr: the master, else any slave."""
     if broker.master is not None:
@@ -578,6 +650,17 @@ def _invalid_id(text: str) -> RmqkError:
         f"{text!r} is not an offset message id nor a unique (client) one: both are 32 hex "
         "chars (56 with an IPv6 address), SendResult.offset_msg_id or SendResult.msg_id"
     )
+
+
+def _pairs(value: Any) -> Iterable[tuple[Any, Any]]:
+    """The entries of a map whose keys may be JSON objects (fastjson's MessageQueue keys)."""
+    if value is None:
+        return ()
+    if isinstance(value, jsonwire.ObjectKeyMap):
+        return value.items
+    if isinstance(value, Mapping):
+        return value.items()
+    raise RmqkError(f"unexpected JSON in a response body: {value!r:.80}")
 
 
 def _mapping(value: Any) -> Mapping[Any, Any]:

@@ -1,6 +1,6 @@
 """AdminBrokerProcessor: the broker's default processor, for admin tools and queue locks.
 
-Serves queue offsets and store times, topic administration, consume stats,
+Serves queue offsets and store times, topic administration and stats, consume stats,
 consumer connections, the queue locks of orderly consumers, and the requests it
 relays to a client (running info, direct consume, offset reset). Any request
 code no processor serves gets its REQUEST_CODE_NOT_SUPPORTED answer.
@@ -328,6 +328,31 @@ class AdminBrokerProcessor(Processor):
                 key = {"brokerName": self.ctx.settings.broker_name, "queueId": qid, "topic": name}
                 table.append((key, entry))
         body = {"consumeTps": 0.0, "offsetTable": jsonwire.ObjectKeyMap(tuple(table))}
+        return make_response(request, body=jsonwire.dumps(body))
+
+    def get_topic_stats_info(
+        self, conn: Connection, request: RemotingCommand, serialize_type: int
+    ) -> RemotingCommand:
+        """TopicStatsTable: min offset, max offset and last store time of each write queue."""
+        topic = Headers(request).text("topic")
+        cfg = self.ctx.topics.get(topic)
+        if cfg is None:
+            return make_response(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        table: list[tuple[Any, Any]] = []
+        # Apache walks the write queues and clamps both offsets at 0.
+        for qid in range(cfg.write_queue_nums):
+            min_offset = max(0, int(self.ctx.store.min_offset(topic, qid)))
+            max_offset = max(0, int(self.ctx.store.max_offset(topic, qid)))
+            # The store time of the queue's last message; 0 for a queue never written to.
+            last = self.ctx.store.store_time_at(topic, qid, max_offset - 1) if max_offset else 0
+            key = {"brokerName": self.ctx.settings.broker_name, "queueId": qid, "topic": topic}
+            entry = {
+                "lastUpdateTimestamp": int(last),
+                "maxOffset": max_offset,
+                "minOffset": min_offset,
+            }
+            table.append((key, entry))
+        body = {"offsetTable": jsonwire.ObjectKeyMap(tuple(table))}
         return make_response(request, body=jsonwire.dumps(body))
 
 

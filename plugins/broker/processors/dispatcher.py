@@ -107,6 +107,7 @@ class BrokerProcessors:
             RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
             RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
+            RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
         }
 
