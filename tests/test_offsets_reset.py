@@ -205,7 +205,12 @@ async def _run_until_old_ones_written(
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-    await wait_for(lambda: len(_written(sink, tmp_path)) == N, 90, "the old messages written")
+    try:
+        await wait_for(lambda: len(_written(sink, tmp_path)) == N, 90, "the old messages written")
+    except BaseException:
+        proc.kill()  # the caller's cleanup never sees a run that failed here
+        proc.wait()
+        raise
     return proc, err
 
 
