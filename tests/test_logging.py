@@ -32,6 +32,8 @@ PRINTING_MODULES = {
     "kernel/engine/produce_tool.py",
     "kernel/hookcalls.py",  # RMQK_TRACE_PLUGINS prints hook calls, as datasette does
     "plugins/broker/admin_cli.py",  # the rmqk admin command
+    "plugins/broker/dlq.py",  # rmqk admin dlq
+    "plugins/broker/reset_offset.py",  # rmqk admin consumer reset-offset
     "plugins/broker/cli.py",
     "plugins/spark/demo.py",
     "plugins/status/__init__.py",
