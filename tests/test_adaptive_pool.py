@@ -93,11 +93,24 @@ async def test_pool_grows_to_max_under_backlog_and_back_to_min(
     )
     c.subscribe("Adaptive")
     c.register_listener(slow)
+
+    def threads_at_least(n: int) -> bool:
+        count = live_threads(PREFIX)
+        with lock:
+            peak[0] = max(peak[0], count)
+        return count >= n
+
+    def threads_back_to(n: int) -> bool:
+        count = live_threads(PREFIX)
+        with lock:
+            peak[0] = max(peak[0], count)
+        return count == n
+
     await c.start()
     try:
-        await wait_for(lambda: live_threads(PREFIX) >= 5, 60, "the pool to grow to 5 threads")
+        await wait_for(lambda: threads_at_least(5), 60, "the pool to grow to 5 threads")
         await wait_for(lambda: sum(seen.values()) >= total, 120, "every message")
-        await wait_for(lambda: live_threads(PREFIX) == 2, 60, "the pool to shrink back to 2")
+        await wait_for(lambda: threads_back_to(2), 60, "the pool to shrink back to 2")
     finally:
         await c.shutdown()
     assert peak[0] == 5  # reached, never above consume_thread_max
