@@ -65,8 +65,11 @@ class QueueView(Protocol):
 
     #: Set when the queue went to another member or is being reset; stop consuming it.
     dropped: bool
-    #: Messages held (pulled, not yet acknowledged): the backlog the pool adjusts to.
+    #: Messages held (pulled, not yet acknowledged).
     msg_count: int
+    #: The broker's backlog behind the newest pulled message (Java's msgAccCnt): what the
+    #: concurrent service's pool adjusts to.
+    msg_acc_cnt: int
     #: True while this client holds the queue's lock on the broker (orderly, clustering).
     locked: bool
     #: queue offset -> epoch ms the listener call of that message began (for expiry).

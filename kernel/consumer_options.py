@@ -185,9 +185,9 @@ class ConsumerOptions(ClientOptions):
         OptionType.INT,
         "Maximum size of the consume thread pool; must not be below consume_thread_min. "
         "Concurrent mode with a plain (not async) listener: every minute the pool grows "
-        "by one thread, up to this, while the messages held in the consumer's process "
-        "queues exceed adjust_thread_pool_nums_threshold, and shrinks by one, down to "
-        "consume_thread_min, while they are below 80 % of it.",
+        "by one thread, up to this, while the broker-side backlog of the consumer's "
+        "queues exceeds adjust_thread_pool_nums_threshold, and shrinks by one, down to "
+        "consume_thread_min, while it is below 80 % of it.",
         20,
         java_name="consumeThreadMax",
         minimum=1,
@@ -197,7 +197,8 @@ class ConsumerOptions(ClientOptions):
     )
     adjust_thread_pool_nums_threshold: int = _option(
         OptionType.INT,
-        "Backlog (messages held in the consumer's process queues) above which the "
+        "Backlog (Java's msgAccCnt summed over the consumer's queues: each queue's max "
+        "offset minus the newest pulled offset) above which the "
         "concurrent consume pool grows by one thread a minute toward consume_thread_max; "
         "below 80 % of it the pool shrinks by one a minute toward consume_thread_min. "
         "No effect on orderly consumption or async listeners (they use no thread pool).",

@@ -1,7 +1,8 @@
 """The adaptive consume pool: consume_thread_min..consume_thread_max with the backlog.
 
-Java adjusts every minute: above adjust_thread_pool_nums_threshold messages held
-the core size grows by one, below 80 % of it the size shrinks by one.
+Java adjusts every minute: while the broker-side backlog of the consumer's queues (the sum of
+each process queue's msgAccCnt: max offset minus the newest pulled offset) is above
+adjust_thread_pool_nums_threshold the core size grows by one, below 80 % of it it shrinks by one.
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ async def test_pool_grows_to_max_under_backlog_and_back_to_min(
         consume_thread_max=5,
         adjust_thread_pool_nums_threshold=50,
         consume_message_batch_max_size=1,
+        # Few messages cached a queue: the backlog stays on the broker while the pool works
+        # through it, as it does on a real backlog larger than the cache.
+        pull_threshold_for_queue=8,
+        pull_batch_size=4,
     )
     c.subscribe("Adaptive")
     c.register_listener(slow)

@@ -137,8 +137,10 @@ class ConcurrentConsumeService:
         self._workers.append(task)
 
     def backlog(self) -> int:
-        """Messages held in this consumer's process queues (Java: computeAccumulationTotal)."""
-        return sum(pq.msg_count for _mq, pq in self.host.process_queues())
+        """The broker-side backlog of this consumer's queues (Java's computeAccumulationTotal:
+        the sum of each process queue's msgAccCnt, the broker's max offset minus the newest
+        pulled message's offset, as of the last pull)."""
+        return sum(pq.msg_acc_cnt for _mq, pq in self.host.process_queues())
 
     async def _adjust_loop(self) -> None:
         while True:
