@@ -65,6 +65,11 @@ class QueueView(Protocol):
 
     #: Set when the queue went to another member or is being reset; stop consuming it.
     dropped: bool
+    #: Messages held (pulled, not yet acknowledged).
+    msg_count: int
+    #: The broker's backlog behind the newest pulled message (Java's msgAccCnt): what the
+    #: concurrent service's pool adjusts to.
+    msg_acc_cnt: int
     #: True while this client holds the queue's lock on the broker (orderly, clustering).
     locked: bool
     #: queue offset -> epoch ms the listener call of that message began (for expiry).
@@ -110,6 +115,9 @@ class ConsumeListener(Protocol):
 
     def hooks_enabled(self) -> bool:
         """True when a plugin implements the consume hooks: call through ``invoke`` then."""
+
+    def resize_pool(self, size: int) -> int | None:
+        """Set the sync listener's thread pool size (at least 1); None (no-op) if async."""
 
     async def invoke(
         self,

@@ -171,8 +171,9 @@ class ConsumerOptions(ClientOptions):
     consume_thread_min: int = _option(
         OptionType.INT,
         "How many messages (batches of consume_message_batch_max_size) are consumed at "
-        "once: the size of the consume pool, as Java's ThreadPoolExecutor whose core size "
-        "this is and whose unbounded queue keeps it from ever growing past it.",
+        "once: the size of the consume pool (its core size, as in Java), which in "
+        "concurrent mode grows toward consume_thread_max under a backlog above "
+        "adjust_thread_pool_nums_threshold and comes back to this when it drains.",
         20,
         java_name="consumeThreadMin",
         minimum=1,
@@ -182,33 +183,30 @@ class ConsumerOptions(ClientOptions):
     )
     consume_thread_max: int = _option(
         OptionType.INT,
-        "Maximum size of the consume thread pool; must not be below consume_thread_min.",
+        "Maximum size of the consume thread pool; must not be below consume_thread_min. "
+        "Concurrent mode with a plain (not async) listener: every minute the pool grows "
+        "by one thread, up to this, while the broker-side backlog of the consumer's "
+        "queues exceeds adjust_thread_pool_nums_threshold, and shrinks by one, down to "
+        "consume_thread_min, while it is below 80 % of it.",
         20,
         java_name="consumeThreadMax",
         minimum=1,
         maximum=1000,
         java_checked=True,
         unit="threads",
-        compat_only=(
-            "Java 4.9.8's consume pool is a ThreadPoolExecutor over an unbounded "
-            "LinkedBlockingQueue, which never starts threads beyond the core size "
-            "(consume_thread_min); only checkConfig's consume_thread_min <= "
-            "consume_thread_max is kept. Raise consume_thread_min for more parallelism."
-        ),
     )
     adjust_thread_pool_nums_threshold: int = _option(
         OptionType.INT,
-        "Backlog above which the consume pool may grow.",
+        "Backlog (Java's msgAccCnt summed over the consumer's queues: each queue's max "
+        "offset minus the newest pulled offset) above which the "
+        "concurrent consume pool grows by one thread a minute toward consume_thread_max; "
+        "below 80 % of it the pool shrinks by one a minute toward consume_thread_min. "
+        "No effect on orderly consumption or async listeners (they use no thread pool).",
         100_000,
         java_name="adjustThreadPoolNumsThreshold",
         minimum=1,
         maximum=JAVA_LONG_MAX,
         unit="messages",
-        compat_only=(
-            "Java 4.9.8's adjustThreadPool compares the backlog with it and calls "
-            "incCorePoolSize / decCorePoolSize, whose bodies are empty in both consume "
-            "services: the pool never changes size."
-        ),
     )
     consume_concurrently_max_span: int = _option(
         OptionType.INT,

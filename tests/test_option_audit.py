@@ -111,6 +111,12 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
         "test_every_message_once_in_offset_batches_of_the_configured_size",
     ),
     "consume_thread_min": (E + "test_consume_thread_min_is_how_many_listener_calls_run_at_once",),
+    "consume_thread_max": (
+        "tests/test_adaptive_pool.py::test_pool_grows_to_max_under_backlog_and_back_to_min",
+    ),
+    "adjust_thread_pool_nums_threshold": (
+        "tests/test_adaptive_pool.py::test_pool_grows_to_max_under_backlog_and_back_to_min",
+    ),
     "consume_concurrently_max_span": (
         E + "test_consume_concurrently_max_span_pauses_a_queue_whose_held_offsets_spread",
     ),
@@ -239,8 +245,6 @@ def test_the_known_compatibility_only_options() -> None:
     marked = {n for n, s in OPTIONS_BY_NAME.items() if s.compat_only is not None}
     assert marked == {
         "client_callback_executor_threads",
-        "consume_thread_max",
-        "adjust_thread_pool_nums_threshold",
     }
 
 

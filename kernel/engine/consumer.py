@@ -217,7 +217,7 @@ class AsyncPushConsumer(ConsumerMember):
         self.offset_store = await load_offset_store(
             opts, self.group, self.message_model, self.client
         )
-        # Java's pool never grows past its core size (an unbounded queue).
+        # Starts at the core size; the concurrent service resizes it with the backlog.
         self.invoker = ListenerInvoker(
             self.listener,
             self.group,

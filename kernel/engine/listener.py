@@ -13,7 +13,6 @@ consumption then acknowledges the batch when it resolves without holding a worke
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import inspect
 import logging
@@ -25,6 +24,7 @@ from typing import Any
 import attrs
 
 from rmqk.contexts import ConsumeMessageContext
+from rmqk.engine.pool import ResizablePool
 from rmqk.errors import ClientError
 from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
@@ -179,17 +179,25 @@ class ListenerInvoker:
             call is not None and inspect.iscoroutinefunction(call)
         )
         self.wants_context = _accepts_two_args(listener)
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # Resizable: the concurrent service grows and shrinks it with the backlog.
+        self._executor: ResizablePool | None = None
         self._semaphore = asyncio.Semaphore(max_workers)
         if not self.is_async:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=max_workers, thread_name_prefix=thread_name_prefix
-            )
+            self._executor = ResizablePool(max_workers, thread_name_prefix=thread_name_prefix)
         self._hooks_checked_at = 0.0
         self._has_hooks = False
         # Failures name the listener as its author knows it: ``name`` when the caller
         # has one (the function a config names), not a wrapper's qualname.
         self.failures = FailureLog(group, name or listener_name(listener))
+
+    @property
+    def pool_size(self) -> int | None:
+        """The sync listener's thread pool size; None for an async listener (no pool)."""
+        return self._executor.size if self._executor is not None else None
+
+    def resize_pool(self, size: int) -> int | None:
+        """Set the sync listener's pool size (at least 1); a no-op returning None if async."""
+        return self._executor.resize(size) if self._executor is not None else None
 
     def report_failure(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
         """Log an exception the listener raised (see :class:`FailureLog`)."""

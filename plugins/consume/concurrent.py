@@ -45,6 +45,10 @@ MAX_GROUP = 64
 GROUP_BUDGET_MS = 5.0
 # Sync calls quicker than this (moving average) run one group at a time.
 QUICK_CALL_MS = 0.5
+# How often the pool size is adjusted to the backlog (Java: every minute, first after one).
+ADJUST_INTERVAL_S = 60.0
+# Below this share of adjust_thread_pool_nums_threshold the pool shrinks (Java: 0.8).
+SHRINK_RATIO = 0.8
 
 
 class _Acks:
@@ -82,6 +86,10 @@ class ConcurrentConsumeService:
         self.host = host
         self._queue: Backlog[Chunk] = Backlog()
         self._workers: list[asyncio.Task[None]] = []
+        self._worker_by_index: dict[int, asyncio.Task[None]] = {}
+        self._adjuster: asyncio.Task[None] | None = None
+        # Internal, not an option: a test shortens it.
+        self._adjust_interval_s = ADJUST_INTERVAL_S
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cleaner: asyncio.Task[None] | None = None
         self._stopped = False
@@ -110,11 +118,66 @@ class ConcurrentConsumeService:
         loop = asyncio.get_running_loop()
         self._callback_context = contextvars.copy_context()
         self._cleaner = loop.create_task(clean_expired_loop(self.host))
-        worker = self._worker if not self.host.listener.is_async else self._async_worker
-        self._workers = [
-            loop.create_task(worker(), name=f"ConsumeMessageThread_{i}")
-            for i in range(self.worker_count)
-        ]
+        if self.host.listener.is_async:
+            self._workers = [
+                loop.create_task(self._async_worker(), name=f"ConsumeMessageThread_{i}")
+                for i in range(self.worker_count)
+            ]
+        else:
+            for i in range(self.worker_count):
+                self._start_worker(i)
+            # Only a sync listener has a pool to adjust (an async one runs on the loop).
+            self._adjuster = loop.create_task(self._adjust_loop())
+
+    def _start_worker(self, index: int) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._worker(index), name=f"ConsumeMessageThread_{index}"
+        )
+        self._worker_by_index[index] = task
+        self._workers.append(task)
+
+    def backlog(self) -> int:
+        """The broker-side backlog of this consumer's queues (Java's computeAccumulationTotal:
+        the sum of each process queue's msgAccCnt, the broker's max offset minus the newest
+        pulled message's offset, as of the last pull)."""
+        return sum(pq.msg_acc_cnt for _mq, pq in self.host.process_queues())
+
+    async def _adjust_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._adjust_interval_s)
+            try:
+                self.adjust_pool()
+            except Exception:
+                log.exception("adjusting the consume pool of group %s failed", self.host.group)
+
+    def adjust_pool(self) -> None:
+        """Grow the pool by one thread while the backlog is above the threshold, shrink
+        it by one below 80 % of it, within consume_thread_min..consume_thread_max."""
+        if self._stopped or self.host.listener.is_async:
+            return
+        opts = self.host.options
+        backlog = self.backlog()
+        size = self.worker_count
+        if backlog > opts.adjust_thread_pool_nums_threshold and size < opts.consume_thread_max:
+            size += 1
+        elif (
+            backlog < opts.adjust_thread_pool_nums_threshold * SHRINK_RATIO
+            and size > opts.consume_thread_min
+        ):
+            size -= 1
+        else:
+            return
+        log.info("group %s: backlog %d, consume pool %d -> %d threads",
+                 self.host.group, backlog, self.worker_count, size)  # fmt: skip
+        self.worker_count = size
+        self.host.listener.resize_pool(size)
+        # A worker task per thread: a surplus one ends after its current group; one
+        # still finishing its last group when the pool grows again carries on.
+        for i in range(size):
+            task = self._worker_by_index.get(i)
+            if task is None or task.done():
+                self._start_worker(i)
+        self._workers = [t for t in self._workers if not t.done()]
 
     async def shutdown(self, await_termination_ms: int) -> None:
         """Take no more chunks; wait up to ``await_termination_ms`` for those under way.
@@ -130,6 +193,8 @@ class ConcurrentConsumeService:
         self._stopped = True
         if self._cleaner is not None:
             self._cleaner.cancel()
+        if self._adjuster is not None:
+            self._adjuster.cancel()
         while not self._queue.empty():
             self._queue.get_nowait()
         under_way = f"{self._busy} listener calls and {self._deferred} deferred writes"
@@ -337,10 +402,15 @@ class ConcurrentConsumeService:
             status, ctx if ctx is not None else ConsumeConcurrentlyContext(r.mq), r.msgs, r.pq, r.mq
         )
 
-    async def _worker(self) -> None:
+    async def _worker(self, index: int = 0) -> None:
         queue = self._queue
         gate = self._quick_gate
         while True:
+            if index >= self.worker_count:
+                # The pool shrank: this worker retires, as its thread does.
+                if self._worker_by_index.get(index) is asyncio.current_task():
+                    del self._worker_by_index[index]
+                return
             # Quick calls: one group in flight at a time, so the chunks that arrive
             # meanwhile make the next group instead of a thread hop each (hops, and
             # threads contending for the GIL, cost more than such calls).
