@@ -363,20 +363,10 @@ class AsyncProducer:
 
     # -- MQAdmin (Java's DefaultMQProducer implements it through MQAdminImpl) -----------
 
-    async def _admin_addr(self, mq: MessageQueue) -> str:
-        """MQAdminImpl's broker lookup: the publish address, the route refreshed if unknown."""
-        addr = self.client.find_broker_address_in_publish(mq.broker_name)
-        if addr is None:
-            await self.client.update_topic_route(mq.topic)
-            addr = self.client.find_broker_address_in_publish(mq.broker_name)
-        if addr is None:
-            raise ClientError(f"The broker[{mq.broker_name}] not exist")
-        return addr
-
     async def _admin_query(self, mq: MessageQueue, call: Callable[[str, MessageQueue], Any]) -> int:
         self._check_running()
         mq = nsutil.wrap_queue(self.namespace, mq)
-        addr = await self._admin_addr(mq)
+        addr = await self._broker_addr(mq)
         try:
             return int(await call(addr, mq))
         except RmqkError as exc:
@@ -905,6 +895,7 @@ class AsyncProducer:
         return build_payload(msg, self.options.compress_msg_body_over_howmuch)
 
     async def _broker_addr(self, mq: MessageQueue) -> str:
+        """The publish address, the route refreshed if unknown (sends and MQAdminImpl alike)."""
         addr = self.client.find_broker_address_in_publish(mq.broker_name)
         if addr is None:
             await self.client.update_topic_route(mq.topic)
