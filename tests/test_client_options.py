@@ -908,3 +908,25 @@ async def create_topics_as_admin_tls(
             await wait_until_route(transport, topic)
     finally:
         await transport.close()
+
+
+def test_rmqk_admin_dlq_connects_over_tls_as_its_flags_say(
+    pki: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    broker_thread_factory: Any,
+) -> None:
+    """The dlq commands read and resend through a consumer and a producer of their own:
+    those connect with the admin command's --tls flags too, not in plain text."""
+    from rmqk.cli import main
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    broker = broker_thread_factory(tls=server_tls(pki))
+    ns = broker.namesrv_addr
+    tls = ["--tls", "--tls-ca-file", str(pki / "ca.crt")]
+    create = ["admin", "topic", "create", "%DLQ%tls-group", "--perm", "6", "-n", ns]
+    assert main([*create, "--timeout", "3", *tls]) == 0
+    capsys.readouterr()
+    assert main(["admin", "dlq", "list", "--group", "tls-group", "-n", ns, *tls]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err

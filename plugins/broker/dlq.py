@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
+from rmqk.client_options import ClientOptions
 from rmqk.engine.consume_tool import message_json, positive_int
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer
@@ -57,11 +58,43 @@ def original_topic(msg: MessageExt) -> str | None:
     return msg.properties.get("RETRY_TOPIC")
 
 
+def _connection_options(client: Any) -> dict[str, Any]:
+    """The admin client's TLS settings and account (``--tls*``, its keys) that differ from
+    the defaults, for the consumer and producer a dlq command makes: they must connect
+    as the admin client does, not silently in plain text."""
+    given: ClientOptions = client.client_options
+    default = ClientOptions()
+    return {
+        name: getattr(given, name)
+        for name in _CONNECTION_OPTIONS
+        if getattr(given, name) != getattr(default, name)
+    }
+
+
+_CONNECTION_OPTIONS = (
+    "use_tls",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_verify",
+    "access_key",
+    "secret_key",
+    "security_token",
+)
+
+
 async def _dead_letters(
-    namesrv: str, group: str, *, from_committed: bool, commit: bool = False
+    namesrv: str,
+    group: str,
+    *,
+    from_committed: bool,
+    commit: bool = False,
+    connection: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[AsyncLitePullConsumer, MessageQueue, MessageExt]]:
     """Every dead letter of ``group`` stored when this starts, queue by queue, in order."""
-    consumer = AsyncLitePullConsumer(resend_group(group), namesrv_addr=namesrv, auto_commit=False)
+    consumer = AsyncLitePullConsumer(
+        resend_group(group), namesrv_addr=namesrv, auto_commit=False, **(connection or {})
+    )
     await consumer.start()
     try:
         topic = DLQ_GROUP_TOPIC_PREFIX + group
@@ -121,7 +154,9 @@ def _time(ms: int) -> str:
 
 async def admin_dlq_list(client: Any, args: argparse.Namespace) -> int:
     stats: dict[str, list[int]] = {}
-    async for _c, _mq, msg in _dead_letters(args.namesrv, args.group, from_committed=False):
+    async for _c, _mq, msg in _dead_letters(
+        args.namesrv, args.group, from_committed=False, connection=_connection_options(client)
+    ):
         topic = original_topic(msg) or "(unknown)"
         row = stats.setdefault(topic, [0, msg.store_timestamp, msg.store_timestamp])
         row[0] += 1
@@ -156,7 +191,9 @@ def _row(msg: MessageExt) -> dict[str, Any]:
 
 async def admin_dlq_show(client: Any, args: argparse.Namespace) -> int:
     shown = 0
-    async for _c, _mq, msg in _dead_letters(args.namesrv, args.group, from_committed=False):
+    async for _c, _mq, msg in _dead_letters(
+        args.namesrv, args.group, from_committed=False, connection=_connection_options(client)
+    ):
         if args.json:
             print(json.dumps(_row(msg), ensure_ascii=False))
         else:
@@ -181,8 +218,13 @@ async def admin_dlq_resend(client: Any, args: argparse.Namespace) -> int:
     since: int | None = args.since
     sent: dict[str, int] = {}
     passed = 0
-    async with AsyncProducer(resend_group(args.group), namesrv_addr=args.namesrv) as producer:
-        async for consumer, mq, msg in _dead_letters(args.namesrv, args.group, from_committed=True):
+    connection = _connection_options(client)
+    async with AsyncProducer(
+        resend_group(args.group), namesrv_addr=args.namesrv, **connection
+    ) as producer:
+        async for consumer, mq, msg in _dead_letters(
+            args.namesrv, args.group, from_committed=True, connection=connection
+        ):
             if since is not None and msg.store_timestamp < since:
                 passed += 1
             else:
