@@ -112,6 +112,41 @@ async def test_async_timeout_by_the_sweep_exactly_once_and_late_answer_dropped(
             await transport.close()
 
 
+async def test_answer_to_a_cancelled_call_is_dropped_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pull cancelled by a rebalance or a stop is withdrawn; the broker's answer to
+    it still comes (a long poll ends later) and is expected, so it logs no WARNING:
+    a quiet run stays quiet (tests/test_quiet_run.py)."""
+    async with ScriptedServer(lambda cmd, conn: None) as server:
+        transport = TcpTransport(config(server.addr))
+        try:
+            for call in ("invoke_swept", "invoke"):
+                task = asyncio.ensure_future(
+                    getattr(transport, call)(server.addr, RemotingCommand.request(11), 10_000)
+                )
+                count = len(server.requests)
+                await server.wait_requests(count + 1)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                conn = transport.pool.connection(server.addr)
+                assert conn is not None and conn.pending == {}
+                with caplog.at_level(logging.DEBUG, logger="rmqk.remoting"):
+                    server.connections[0].send(RemotingCommand.response_to(server.requests[-1]))
+                    await asyncio.sleep(0.3)
+                assert "matches no request" not in caplog.text, call
+                assert "withdrawn request" in caplog.text, call
+                caplog.clear()
+            # The same opaque answered twice: the second answer is unexpected again.
+            with caplog.at_level(logging.WARNING, logger="rmqk.remoting"):
+                server.connections[0].send(RemotingCommand.response_to(server.requests[-1]))
+                await asyncio.sleep(0.3)
+            assert "matches no request" in caplog.text
+        finally:
+            await transport.close()
+
+
 async def test_async_permits_are_released_when_the_call_completes() -> None:
     release = asyncio.Event()
 

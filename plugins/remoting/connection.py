@@ -70,6 +70,9 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(pool.max_frame_size)
         self.pending: dict[int, _Pending] = {}
+        # Requests we stopped waiting for (a pull cancelled by a rebalance or a stop),
+        # opaque -> deadline: their late answers are expected, not worth a warning.
+        self._withdrawn: dict[int, float] = {}
         self._closed = False
         self._close_reason = "not connected"
         self._write_paused = False
@@ -107,7 +110,14 @@ class Connection(asyncio.Protocol):
             cmd = frame.command
             if cmd.flag & RPC_TYPE_RESPONSE:  # cmd.is_response, without the property call
                 entry = self.pending.pop(cmd.opaque, None)
-                if entry is None:
+                if entry is None and self._withdrawn.pop(cmd.opaque, None) is not None:
+                    log.debug(
+                        "response from %s to a withdrawn request (opaque %d, code %d) dropped",
+                        self.addr,
+                        cmd.opaque,
+                        cmd.code,
+                    )
+                elif entry is None:
                     log.warning(
                         "response from %s matches no request in flight (opaque %d, code %d); "
                         "it came after its request timed out, or was never asked for",
@@ -244,17 +254,21 @@ class Connection(asyncio.Protocol):
         """
         left = timeout_ms if budget_ms is None else budget_ms
         future = self._register(cmd, timeout_ms, left)
+        timed_out = False
         try:
             self._write(cmd, serialize_type)
             async with asyncio.timeout(left / 1000):
                 await self._drain(cmd.code)
                 return await future
         except TimeoutError:
+            timed_out = True
             raise self._timeout_error(cmd, timeout_ms) from None
         finally:
             entry = self.pending.get(cmd.opaque)
             if entry is not None and entry.future is future:
                 del self.pending[cmd.opaque]
+                if not timed_out:  # the caller was cancelled: an answer may still come
+                    self._withdrawn[cmd.opaque] = entry.deadline
             if future.done() and not future.cancelled():
                 future.exception()  # retrieved here, so asyncio does not log it as lost
             else:
@@ -280,6 +294,7 @@ class Connection(asyncio.Protocol):
         entry = self.pending.get(cmd.opaque)
         if entry is not None and entry.future is future:
             del self.pending[cmd.opaque]
+            self._withdrawn[cmd.opaque] = entry.deadline
 
     async def send_oneway(self, cmd: RemotingCommand, serialize_type: SerializeType) -> None:
         cmd.mark_oneway()
@@ -297,6 +312,9 @@ class Connection(asyncio.Protocol):
 
     def expire(self, now: float) -> None:
         """Fail the requests whose deadline has passed (scanResponseTable)."""
+        if self._withdrawn:  # past its deadline, a withdrawn request's answer is late again
+            for opaque in [o for o, deadline in self._withdrawn.items() if deadline <= now]:
+                del self._withdrawn[opaque]
         expired = [opaque for opaque, entry in self.pending.items() if entry.deadline <= now]
         for opaque in expired:
             entry = self.pending.pop(opaque)
@@ -484,7 +502,7 @@ class ConnectionPool:
         try:
             return await future
         finally:
-            if not future.done():
+            if not future.done() or future.cancelled():
                 conn.withdraw(cmd, future)
 
     async def request_async(

@@ -98,7 +98,8 @@ class ConsumerCalls(RemotingClient):
             try:
                 response = await future
             finally:
-                if not future.done():
+                # Cancelling the waiter cancels the future too; withdraw it either way.
+                if not future.done() or future.cancelled():
                     conn.withdraw(cmd, future)
             self.after_response(addr, cmd, response)
         status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]

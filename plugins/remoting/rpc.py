@@ -175,7 +175,8 @@ class RemotingClient:
         try:
             response = await future
         finally:
-            if not future.done():
+            # Cancelling the waiter cancels the future too; withdraw it either way.
+            if not future.done() or future.cancelled():
                 conn.withdraw(request, future)
         self.after_response(addr, request, response)
         return response
