@@ -11,20 +11,19 @@ from setuptools import Extension, setup
 
 # Both extensions that touch MessageExt's slots include it: listed in their
 # ``depends`` so that editing it rebuilds them and the sdist carries it.
-SLOT_OFFSETS_H = "plugins/_slot_offsets.h"
+SLOT_OFFSETS_H = "kernel/wire/_slot_offsets.h"
 
 setup(
     ext_modules=[
         Extension(
-            "rmqk.plugins.remoting._speedups",
-            sources=["plugins/remoting/_speedups.c"],
+            "rmqk.wire._speedups",
+            sources=["kernel/wire/_speedups.c"],
             depends=[SLOT_OFFSETS_H],
-            include_dirs=["plugins"],
             optional=True,
         ),
         Extension(
-            "rmqk.plugins.remoting._headers",
-            sources=["plugins/remoting/_headers.c"],
+            "rmqk.wire._headers",
+            sources=["kernel/wire/_headers.c"],
             optional=True,
         ),
         Extension(
@@ -36,7 +35,7 @@ setup(
             "rmqk.plugins.spark._columns",
             sources=["plugins/spark/_columns.c", "plugins/spark/_columns_props.c"],
             depends=["plugins/spark/_columns.h", SLOT_OFFSETS_H],
-            include_dirs=["plugins"],
+            include_dirs=["kernel/wire"],
             optional=True,
         ),
     ]

@@ -18,7 +18,7 @@ from bench.cluster import Cluster
 from bench.harness import Result, at_least
 from bench.load import consume_all, fill_topic, unique
 from rmqk.engine.producer import AsyncProducer
-from rmqk.message import Message
+from rmqk.model.message import Message
 
 NAME = "broker"
 HELP = "send and pull rates of the broker under test, against the consume rate"

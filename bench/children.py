@@ -14,7 +14,7 @@ import multiprocessing.connection
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 
 __all__ = ["Child", "child_entry"]
 

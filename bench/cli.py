@@ -1,6 +1,6 @@
 """The command line of the benchmarks: one sub-command per scenario.
 
-``add_arguments`` and ``run`` have the shape of an ``rmqk.cli.Command``, so the
+``add_arguments`` and ``run`` have the shape of an ``rmqk.spi.commands.Command``, so the
 same scenarios can be offered as ``rmqk bench``.
 """
 
@@ -19,7 +19,7 @@ from bench import SCENARIOS
 from bench.cluster import BROKER_MODES, Cluster
 from bench.harness import RESULTS_FILE, emit, recording_arguments
 from bench.sparkbench import Pending
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 
 __all__ = ["EXIT_MISSED", "EXIT_PENDING", "add_arguments", "main", "run", "scenario_module"]
 

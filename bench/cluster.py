@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rmqk.errors import RmqkError
 from rmqk.model import MessageQueue
+from rmqk.model.errors import RmqkError
 from rmqk.pluginmanager import get_plugin_manager, registries
-from rmqk.transport import Transport, TransportConfig
+from rmqk.spi.transport import Transport, TransportConfig
 
 __all__ = ["BROKER_MODES", "Cluster", "make_transport", "queues_of"]
 

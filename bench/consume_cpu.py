@@ -23,7 +23,7 @@ import time
 from bench.cluster import Cluster
 from bench.consume import int_list, str_list
 from bench.load import consume_all, fill_topic, unique, variants
-from rmqk.plugins.remoting import message_codec
+from rmqk.wire import message_codec
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -22,8 +22,8 @@ from bench.harness import Result, at_most, percentile
 from bench.load import unique
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
-from rmqk.errors import RmqkError
-from rmqk.message import Message, MessageExt
+from rmqk.model.errors import RmqkError
+from rmqk.model.message import Message, MessageExt
 
 NAME = "latency"
 HELP = "produce-to-listener latency percentiles at a fixed low rate (long polling)"

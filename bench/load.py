@@ -23,11 +23,11 @@ from bench.cluster import queues_of
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.reader import RangeReader, ReaderSettings
-from rmqk.errors import RmqkError
-from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import RmqkError
+from rmqk.model.message import Message, MessageExt
 from rmqk.plugins.remoting.consumer_calls import pull_command
-from rmqk.protocol import ResponseCode
+from rmqk.wire.protocol import ResponseCode
 
 __all__ = [
     "ConsumeRun",

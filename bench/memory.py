@@ -23,7 +23,7 @@ from bench.cluster import Cluster
 from bench.harness import Result, at_most, topic_arguments
 from bench.load import fill_topic, unique
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 
 NAME = "memory"
 HELP = "peak RSS with a slow listener over a backlog (default flow control)"

@@ -52,7 +52,7 @@ from typing import Any
 from bench.cluster import Cluster
 from bench.harness import REPO_ROOT, Result, at_most, topic_arguments
 from bench.load import fill_topic, unique
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 
 NAME = "processes"
 HELP = "aggregate rate and CPU per message of rmqk run --processes 1, 2 and 4"

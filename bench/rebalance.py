@@ -18,9 +18,9 @@ from bench.cluster import Cluster
 from bench.harness import Result, at_most
 from bench.load import unique
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.errors import RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import RmqkError
+from rmqk.model.message import MessageExt
 
 NAME = "rebalance"
 HELP = "time for a group to converge after a member joins and after one leaves"

@@ -45,11 +45,11 @@ from bench.cluster import Cluster
 from bench.harness import Result, at_least, topic_arguments
 from bench.load import ConsumeRun, consume_all, fill_topic, unique
 from bench.sparkbench import Pending, key_values, require_pyspark
-from rmqk.contracts import BufferedSink
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.errors import RmqkError
-from rmqk.message import MessageExt
+from rmqk.model.errors import RmqkError
+from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import registries
+from rmqk.spi.contracts import BufferedSink
 
 log = logging.getLogger("rmqk.bench.spark_sink")
 
@@ -185,8 +185,8 @@ async def sink_run(
 
 def widened(options: dict[str, Any], window_rows: int, given: set[str]) -> dict[str, Any]:
     """``options`` with the flow control ``rmqk run`` gives a consumer of such a sink."""
+    from rmqk.app.runtime import widen_for_sink
     from rmqk.options import Where, validate_options
-    from rmqk.runtime import widen_for_sink
 
     resolved, problems = validate_options(options, Where("<bench>", "spark-sink"))
     if problems:
@@ -263,7 +263,7 @@ def spark_alone(messages: int, size: int, sink_options: dict[str, Any]) -> float
     The batches are built before the clock starts; what is timed is what the
     sink's Spark writer does per flush (``FrameWriter.write``).
     """
-    from rmqk.message import MessageExt
+    from rmqk.model.message import MessageExt
     from rmqk.plugins.spark.columns import messages_to_arrow
     from rmqk.plugins.spark.frames import FrameWriter
     from rmqk.plugins.spark.options import parse_sink_options

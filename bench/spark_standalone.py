@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 
 __all__ = ["StandaloneCluster", "WorkerProcess", "app_executors", "free_port", "spark_home"]
 

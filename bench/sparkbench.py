@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 
 __all__ = ["Pending", "key_values", "require_pyspark"]
 

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from rmqk.errors import (
-    BrokerError,
-    ClientError,
-    ConfigError,
-    PluginError,
-    RemotingError,
-    RmqkError,
-)
-from rmqk.hookspecs import hookimpl
-from rmqk.message import Message, MessageExt
+from rmqk import _moved
 from rmqk.model import (
     ConsumeFromWhere,
     ConsumeOrderlyStatus,
@@ -22,13 +13,26 @@ from rmqk.model import (
     PullStatus,
     SubscriptionData,
 )
+from rmqk.model.errors import (
+    BrokerError,
+    ClientError,
+    ConfigError,
+    PluginError,
+    RemotingError,
+    RmqkError,
+)
+from rmqk.model.message import Message, MessageExt
+from rmqk.spi.hookspecs import hookimpl
 
 __version__ = "0.1.0"
+
+# Module paths of the old layout still import, with a DeprecationWarning (rmqk._moved).
+_moved.install()
 
 # The engine is imported on first use so that `import rmqk` stays cheap for tools
 # and for Spark workers that only need the model.
 _LAZY = {
-    "ClientOptions": "rmqk.client_options",
+    "ClientOptions": "rmqk.options.client",
     "PushConsumer": "rmqk.engine.sync",
     "Producer": "rmqk.engine.sync",
     "AsyncPushConsumer": "rmqk.engine.consumer",

@@ -5,7 +5,7 @@ Every hook is called through pluggy's public calling (``pm.hook`` and
 see each call, and no implementation is rewritten. Two kinds of hook are called
 one plugin at a time (:func:`plugin_calls`), in pluggy's order:
 
-* Awaited event hooks (:data:`rmqk.hookspecs.AWAITED_HOOKS`). Each plugin's call
+* Awaited event hooks (:data:`rmqk.spi.hookspecs.AWAITED_HOOKS`). Each plugin's call
   is awaited before the next plugin's starts, so an ``async def`` implementation
   finishes before the next one runs (a single ``pm.hook`` call would run every
   sync implementation before any coroutine), and one that raises is logged
@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from rmqk import hookspecs
-from rmqk.errors import PluginError
+from rmqk.model.errors import PluginError
+from rmqk.spi import hookspecs
 
 __all__ = [
     "IDLE_ATTRIBUTE",

@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar
 import attrs
 import pluggy
 
-from rmqk import hookspecs
-from rmqk.errors import PluginError
 from rmqk.hookcalls import (
     HookCallable,
     Registration,
@@ -38,12 +36,14 @@ from rmqk.hookcalls import (
     refuse_unsupported_impls,
     trace_to_stderr,
 )
+from rmqk.model.errors import PluginError
+from rmqk.spi import hookspecs
 
 if TYPE_CHECKING:
-    from rmqk.cli import Command
-    from rmqk.consume_host import ConsumeService
-    from rmqk.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, Sink
-    from rmqk.transport import Transport, TransportConfig
+    from rmqk.spi.commands import Command
+    from rmqk.spi.consume import ConsumeService
+    from rmqk.spi.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, Sink
+    from rmqk.spi.transport import Transport, TransportConfig
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -221,7 +221,7 @@ def get_plugin_manager() -> PluginManager:
                 trace_to_stderr(pm)
             _load_entry_points(pm)
             # The kernel's built-in commands: an essential plugin, registered after the block list.
-            importlib.import_module("rmqk.builtin_commands").register_essential(pm)
+            importlib.import_module("rmqk.app.commands").register_essential(pm)
             _pm = pm
         return _pm
 
@@ -335,7 +335,10 @@ class Registries:
             "sink", "rmqk_register_sinks"
         )
         self.commands: Registry[Command] = Registry(
-            "command", "rmqk_register_commands", check=_is_command, expected="an rmqk.cli.Command"
+            "command",
+            "rmqk_register_commands",
+            check=_is_command,
+            expected="an rmqk.spi.commands.Command",
         )
         for reg in self.all():
             reg._fill(pm)

@@ -11,10 +11,10 @@ import pytest
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
-from rmqk.message import Message
 from rmqk.model import MessageQueue
+from rmqk.model.message import Message
 from rmqk.pluginmanager import get_plugin_manager, registries
-from rmqk.transport import Transport, TransportConfig
+from rmqk.spi.transport import Transport, TransportConfig
 
 # Short delay levels so retry tests run in seconds (level 3 = first retry).
 FAST_DELAY_LEVELS = "100ms 200ms " + " ".join(["300ms"] * 16)

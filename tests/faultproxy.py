@@ -44,8 +44,8 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 
-from rmqk.plugins.remoting.frame import decode_frame_typed, encode_frame
-from rmqk.protocol import RemotingCommand
+from rmqk.wire.frame import decode_frame_typed, encode_frame
+from rmqk.wire.protocol import RemotingCommand
 
 __all__ = ["FaultProxy", "ProxyStats", "split_addr"]
 

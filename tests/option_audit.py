@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rmqk.optionspec import OptionInvalid, OptionSpec
+from rmqk.spi.options import OptionInvalid, OptionSpec
 
 __all__ = ["TESTS_DIR", "exercised_values", "find_test", "is_exercised"]
 

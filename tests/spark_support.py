@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 
 if TYPE_CHECKING:
     from rmqk.plugins.spark.demo import ProduceResult

@@ -26,7 +26,8 @@ from test_faults_support import Tally, body_of, wait_until
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
-from rmqk.errors import (
+from rmqk.model import MessageQueue
+from rmqk.model.errors import (
     BrokerError,
     ClientError,
     ConfigError,
@@ -34,8 +35,7 @@ from rmqk.errors import (
     RemotingError,
     RmqkError,
 )
-from rmqk.message import Message, MessageExt
-from rmqk.model import MessageQueue
+from rmqk.model.message import Message, MessageExt
 from rmqk.pluginmanager import get_plugin_manager
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.acl import (
@@ -47,8 +47,8 @@ from rmqk.plugins.broker.acl import (
 from rmqk.plugins.broker.tls import ServerTlsConfig
 from rmqk.plugins.remoting import acl as client_acl
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import TlsConfig, TransportConfig
+from rmqk.spi.transport import TlsConfig, TransportConfig
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("no_acl_credentials")]
 

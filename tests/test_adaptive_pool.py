@@ -17,7 +17,7 @@ from engine_support import FAST_RETRY_MARKS, create_topic, produce, push_consume
 
 import rmqk.plugins.consume.concurrent as concurrent_service
 from rmqk.engine.pool import ResizablePool
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 
 pytestmark = FAST_RETRY_MARKS
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from rmqk.cli import main
-from rmqk.message import offset_msg_id
+from rmqk.app.cli import main
+from rmqk.model.message import offset_msg_id
+from rmqk.model.uniq_id import UniqIdGenerator, create_uniq_id
 from rmqk.plugins.broker import connection
 from rmqk.plugins.broker.admin_client import MessageIdKind, message_id_kind
-from rmqk.uniq_id import UniqIdGenerator, create_uniq_id
 
 pytestmark = pytest.mark.timeout(90)
 

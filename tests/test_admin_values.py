@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmqk.cli import main
+from rmqk.app.cli import main
 
 # Nothing listens there: an error about connecting would mean the value was not checked first.
 NAMESRV = ["-n", "127.0.0.1:1"]

@@ -14,10 +14,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from rmqk.contracts import AllocationStrategy
-from rmqk.errors import ConfigError
-from rmqk.hookspecs import Register, hookimpl
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
 from rmqk.plugins.allocation import (
     BUILTIN_FACTORIES,
@@ -27,6 +25,8 @@ from rmqk.plugins.allocation import (
     md5_hash,
 )
 from rmqk.plugins.allocation.machine_room import broker_machine_room
+from rmqk.spi.contracts import AllocationStrategy
+from rmqk.spi.hookspecs import Register, hookimpl
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqk.contracts import AllocationStrategy
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation import BUILTIN_FACTORIES
 from rmqk.plugins.allocation.machine_room import broker_machine_room
+from rmqk.spi.contracts import AllocationStrategy
 
 pytestmark = pytest.mark.timeout(120)
 

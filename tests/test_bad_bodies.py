@@ -32,14 +32,14 @@ from cli_support import rmqk
 from engine_support import admin_transport, committed_offsets, create_topic, produce
 from spark_support import spark_session  # noqa: F401  (the spark fixture)
 
-from rmqk.config import load_config
-from rmqk.errors import ConfigError, SinkHalted
-from rmqk.message import MessageExt
+from rmqk.app.config import load_config
+from rmqk.app.runtime import ComposedConsumer, run_config
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError, SinkHalted
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.sinks.jsonl_options import parse_jsonl_options
 from rmqk.plugins.sinks.records import message_record
-from rmqk.runtime import ComposedConsumer, run_config
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -378,8 +378,8 @@ def test_a_halted_worker_ends_the_supervised_run_with_the_error(
     broker_thread: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Under processes = N a halt ends the run: a restarted worker would meet the same body."""
-    from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
-    from rmqk.worker import WorkerJob
+    from rmqk.app.supervisor import Supervisor, SupervisorSettings, worker_identities
+    from rmqk.app.worker import WorkerJob
 
     async def setup() -> None:
         await create_topic(broker_thread, "Single", 1)

@@ -13,8 +13,8 @@ import pytest
 from cli_support import start_rmqk
 from test_broker_support import RawClient
 
-from rmqk.cli import main
-from rmqk.protocol import RequestCode
+from rmqk.app.cli import main
+from rmqk.wire.protocol import RequestCode
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -10,7 +10,7 @@ import attrs
 import pytest
 from test_broker_support import RawClient, json_body
 
-from rmqk.protocol import RPC_ONEWAY, RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.protocol import RPC_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

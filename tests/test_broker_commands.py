@@ -10,9 +10,9 @@ import pytest
 from engine_support import admin_transport, committed_offsets, create_topic, produce, wait_for
 
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.message import MessageExt
-from rmqk.plugins.remoting.bodies import decode_consumer_running_info
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.model.message import MessageExt
+from rmqk.wire.bodies import decode_consumer_running_info
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,9 +16,9 @@ import pytest
 from test_broker_hostile_support import heartbeat_body
 from test_broker_support import RawClient
 
-from rmqk.message import format_properties
+from rmqk.model.message import format_properties
 from rmqk.plugins.broker import EmbeddedBroker
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -25,7 +25,7 @@ from test_broker_support import RawClient
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.acl import AccessValidator, AclConfig, load_acl_config
 from rmqk.plugins.remoting import acl as client_acl
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,7 +16,7 @@ import pytest
 from test_broker_support import RawClient
 
 from rmqk.plugins.broker import EmbeddedBroker, jsonwire
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from test_broker_support import JAVA_4_9_8, RawClient
 
-from rmqk.plugins.remoting.frame import FrameDecoder
-from rmqk.protocol import RemotingCommand
+from rmqk.wire.frame import FrameDecoder
+from rmqk.wire.protocol import RemotingCommand
 
 _opaques = iter(range(500_000, 10**9))
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from test_broker_support import RawClient, messages_of
 
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

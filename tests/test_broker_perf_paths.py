@@ -14,8 +14,8 @@ from test_broker_support import RawClient, messages_of
 
 from rmqk.plugins.broker.commands import make_response
 from rmqk.plugins.broker.server import RemotingServer
-from rmqk.plugins.remoting.frame import SerializeType, encode_frame
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode, stringify_fields
+from rmqk.wire.frame import SerializeType, encode_frame
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode, stringify_fields
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -122,7 +122,7 @@ async def _raw_connection(port: int) -> tuple[asyncio.StreamReader, asyncio.Stre
 
 
 async def _read_response(reader: asyncio.StreamReader) -> RemotingCommand:
-    from rmqk.plugins.remoting.frame import decode_frame
+    from rmqk.wire.frame import decode_frame
 
     length = int.from_bytes(await reader.readexactly(4), "big")
     return decode_frame(await reader.readexactly(length))

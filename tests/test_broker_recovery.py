@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from store_support import SEGMENT, make_store, put_record, segment_path
 
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker.store import GetMessageStatus, MessageStore, PutResult, StoreError
 from rmqk.plugins.broker.store.consumequeue import ENTRY
-from rmqk.plugins.remoting.message_codec import decode_messages, encode_stored_message
+from rmqk.wire.message_codec import decode_messages, encode_stored_message
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_broker_support import RawClient, messages_of
 
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from test_broker_support import RawClient, messages_of
 
-from rmqk.message import MessageExt
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.model.message import MessageExt
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,11 +8,11 @@ import zlib
 import pytest
 from test_broker_support import RawClient, messages_of
 
-from rmqk.message import Message, offset_msg_id
 from rmqk.model import java_string_hash
-from rmqk.plugins.remoting.frame import SerializeType
-from rmqk.plugins.remoting.message_codec import encode_batch
-from rmqk.protocol import LanguageCode, RequestCode, ResponseCode
+from rmqk.model.message import Message, offset_msg_id
+from rmqk.wire.frame import SerializeType
+from rmqk.wire.message_codec import encode_batch
+from rmqk.wire.protocol import LanguageCode, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from rmqk.message import MessageExt, offset_msg_id
 from rmqk.model import java_string_hash
+from rmqk.model.message import MessageExt, offset_msg_id
 from rmqk.plugins.broker.store import (
     SCHEDULE_TOPIC,
     GetMessageStatus,
@@ -30,7 +30,7 @@ from rmqk.plugins.broker.store import (
 )
 from rmqk.plugins.broker.store.consumequeue import ENTRY
 from rmqk.plugins.broker.store.records import BLANK_MAGIC
-from rmqk.plugins.remoting.message_codec import BatchEntry, decode_messages
+from rmqk.wire.message_codec import BatchEntry, decode_messages
 
 pytestmark = pytest.mark.timeout(60)
 

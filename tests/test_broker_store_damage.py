@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from store_support import SEGMENT, make_store, put_record, segment_path
 
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.store import GetMessageStatus, MessageStore, PutResult
-from rmqk.plugins.remoting.message_codec import BatchEntry
+from rmqk.wire.message_codec import BatchEntry
 
 pytestmark = pytest.mark.timeout(120)
 

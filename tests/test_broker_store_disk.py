@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from store_support import make_store, put_record
 from test_broker_support import RawClient, messages_of
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.processors.topics import validate_topic
 from rmqk.plugins.broker.store import (
@@ -32,7 +32,7 @@ from rmqk.plugins.broker.store import (
 )
 from rmqk.plugins.broker.store import commitlog as commitlog_module
 from rmqk.plugins.broker.store import consumequeue as consumequeue_module
-from rmqk.protocol import ResponseCode
+from rmqk.wire.protocol import ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,7 +43,7 @@ def put(store: MessageStore, i: int, *, size: int = 100) -> PutResult:
 
 
 def bodies(store: MessageStore) -> list[bytes]:
-    from rmqk.plugins.remoting.message_codec import decode_messages
+    from rmqk.wire.message_codec import decode_messages
 
     out: list[bytes] = []
     offset = store.min_offset("K", 0)

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from rmqk.message import MessageExt, format_properties
-from rmqk.plugins.remoting.frame import FrameDecoder, SerializeType, encode_frame
-from rmqk.plugins.remoting.message_codec import decode_messages
-from rmqk.protocol import LanguageCode, RemotingCommand, RequestCode, stringify_fields
+from rmqk.model.message import MessageExt, format_properties
+from rmqk.wire.frame import FrameDecoder, SerializeType, encode_frame
+from rmqk.wire.message_codec import decode_messages
+from rmqk.wire.protocol import LanguageCode, RemotingCommand, RequestCode, stringify_fields
 
 JAVA_4_9_8 = 409
 

@@ -13,14 +13,14 @@ from typing import Any
 import attrs
 import pytest
 
-from rmqk.cli import main
-from rmqk.config import load_config
-from rmqk.errors import ClientError
-from rmqk.hookspecs import hookimpl
+from rmqk.app.cli import main
+from rmqk.app.config import load_config
+from rmqk.app.runtime import ComposedConsumer
+from rmqk.model.errors import ClientError
 from rmqk.options import OptionSpec, OptionType, PluginChoice, option, plugin_choices
-from rmqk.optionspec import declared_options
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
-from rmqk.runtime import ComposedConsumer
+from rmqk.spi.hookspecs import hookimpl
+from rmqk.spi.options import declared_options
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
@@ -317,7 +317,7 @@ async def test_transport_options_from_python_are_refused_as_from_a_file() -> Non
     # No config file, so no preflight: the tcp factory itself refuses what it would not read.
     from rmqk.engine.consumer import AsyncPushConsumer
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.errors import ConfigError
+    from rmqk.model.errors import ConfigError
 
     consumer = AsyncPushConsumer(
         "g-transport", namesrv_addr="127.0.0.1:1", transport_options={"bogus": 1}

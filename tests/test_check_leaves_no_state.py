@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from rmqk.cli import main
-from rmqk.config import load_config
-from rmqk.hookspecs import hookimpl
+from rmqk.app.cli import main
+from rmqk.app.config import load_config
+from rmqk.app.preflight import preflight
 from rmqk.pluginmanager import PluginManager, hook_has_impls
 from rmqk.plugins import prometheus
-from rmqk.preflight import preflight
+from rmqk.spi.hookspecs import hookimpl
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "prometheus.toml"
 

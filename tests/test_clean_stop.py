@@ -40,7 +40,7 @@ import attrs
 import pytest
 
 from rmqk.engine.producer import AsyncProducer
-from rmqk.message import Message
+from rmqk.model.message import Message
 from rmqk.plugins.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(900)
@@ -420,8 +420,8 @@ def test_a_config_names_a_module_kept_beside_it(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     script = textwrap.dedent(
         f"""
-        from rmqk.builtin_commands import load_config_beside_modules
-        from rmqk.runtime import ComposedConsumer
+        from rmqk.app.commands import load_config_beside_modules
+        from rmqk.app.runtime import ComposedConsumer
         config = load_config_beside_modules({str(conf / "consumers.toml")!r})
         sink = ComposedConsumer(config.consumers[0]).sink
         print(sink.function.__module__, sink.function.__name__)

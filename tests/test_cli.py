@@ -18,9 +18,9 @@ import pytest
 from cli_support import jsonl_consumer, module_broker, rmqk, start_rmqk
 from cli_support import produce as cli_produce
 
-from rmqk import cli
-from rmqk.cli import Command, build_parser, main
-from rmqk.errors import ClientError
+from rmqk.app import cli
+from rmqk.app.cli import Command, build_parser, main
+from rmqk.model.errors import ClientError
 
 pytestmark = pytest.mark.timeout(120)
 

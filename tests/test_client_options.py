@@ -20,19 +20,19 @@ from test_acl_tls import _make_ca, _make_cert, server_tls
 from test_faults_support import Tally, body_of, wait_until
 
 import rmqk
-from rmqk.client_options import CLIENT_OPTIONS, AccessChannel, ClientOptions
-from rmqk.config import describe_config, load_config
+from rmqk.app.config import describe_config, load_config
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.sync import LitePullConsumer, Producer, PushConsumer, TransactionProducer
 from rmqk.engine.transaction import AsyncTransactionProducer
-from rmqk.errors import ConfigError, RmqkError
-from rmqk.message import Message, MessageExt
+from rmqk.model.errors import ConfigError, RmqkError
+from rmqk.model.message import Message, MessageExt
+from rmqk.options.client import CLIENT_OPTIONS, AccessChannel, ClientOptions
 from rmqk.pluginmanager import get_plugin_manager
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.transport import Credentials, TransportConfig
+from rmqk.spi.transport import Credentials, TransportConfig
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_acl_credentials")]
 
@@ -462,7 +462,7 @@ def test_rmqk_admin_signs_and_uses_tls(
     capsys: pytest.CaptureFixture[str],
     broker_thread_factory: Any,
 ) -> None:
-    from rmqk.cli import main
+    from rmqk.app.cli import main
 
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     acl_path = tmp_path / "plain_acl.toml"
@@ -918,7 +918,7 @@ def test_rmqk_admin_dlq_connects_over_tls_as_its_flags_say(
 ) -> None:
     """The dlq commands read and resend through a consumer and a producer of their own:
     those connect with the admin command's --tls flags too, not in plain text."""
-    from rmqk.cli import main
+    from rmqk.app.cli import main
 
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     broker = broker_thread_factory(tls=server_tls(pki))

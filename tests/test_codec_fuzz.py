@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqk.errors import FrameError
-from rmqk.message import Message
-from rmqk.plugins.remoting.frame import FrameDecoder, SerializeType, decode_frame, encode_frame
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.model.errors import FrameError
+from rmqk.model.message import Message
+from rmqk.wire.frame import FrameDecoder, SerializeType, decode_frame, encode_frame
+from rmqk.wire.message_codec import (
     MAGIC_CODE_V2,
     ZLIB_COMPRESSED_SYS_FLAG,
     decode_batch,
@@ -25,7 +25,7 @@ from rmqk.plugins.remoting.message_codec import (
     encode_stored_message,
     maybe_compress,
 )
-from rmqk.protocol import RemotingCommand
+from rmqk.wire.protocol import RemotingCommand
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -179,7 +179,7 @@ def _reference_json_header(cmd: RemotingCommand) -> bytes:
     """What json.dumps makes of the header, field for field as fastjson orders it."""
     import json
 
-    from rmqk.plugins.remoting.frame import _language_name
+    from rmqk.wire.frame import _language_name
 
     header: dict[str, object] = {
         "code": cmd.code,
@@ -206,7 +206,7 @@ def _reference_json_header(cmd: RemotingCommand) -> bytes:
 def test_hand_written_json_header_is_what_json_dumps_gives(
     code: int, fields: dict[str, str], remark: str | None, flag: int, language: int | str
 ) -> None:
-    from rmqk.plugins.remoting.frame import encode_header
+    from rmqk.wire.frame import encode_header
 
     cmd = RemotingCommand(code, ext_fields=fields, remark=remark, flag=flag, language=language)
     try:
@@ -226,7 +226,7 @@ def test_hand_written_json_header_is_what_json_dumps_gives(
     )
 )
 def test_one_property_found_without_parsing_agrees_with_parse_properties(parts: list[str]) -> None:
-    from rmqk.message import parse_properties
+    from rmqk.model.message import parse_properties
     from rmqk.plugins.remoting.producer_calls import _property_value
 
     text = "".join(parts)

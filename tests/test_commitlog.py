@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 from rmqk.plugins.sinks.commitlog import CommitEntry, CommitLog, StagingArea, control_dir
 from rmqk.plugins.sinks.offsetranges import OffsetRange
 

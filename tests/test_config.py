@@ -10,8 +10,8 @@ from typing import Any
 import pluggy
 import pytest
 
-from rmqk.cli import main
-from rmqk.config import (
+from rmqk.app.cli import main
+from rmqk.app.config import (
     COMPOSITION_KEYS,
     REQUIRED_KEYS,
     Config,
@@ -20,9 +20,8 @@ from rmqk.config import (
     describe_config,
     load_config,
 )
-from rmqk.errors import ConfigError, ConfigProblem
-from rmqk.hookspecs import hookimpl
 from rmqk.model import ConsumeFromWhere, ExpressionType, MessageModel, build_subscription
+from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.options import (
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -36,6 +35,7 @@ from rmqk.options import (
     validate_options,
 )
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
+from rmqk.spi.hookspecs import hookimpl
 
 pytestmark = pytest.mark.timeout(60)
 

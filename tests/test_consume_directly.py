@@ -16,12 +16,12 @@ from rmqk.engine.listener import (
     ConsumeOrderlyContext,
     ListenerOutcome,
 )
-from rmqk.message import MessageExt
 from rmqk.model import ConsumeOrderlyStatus, ConsumeStatus, MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
 from rmqk.plugins.consume.orderly import OrderlyConsumeService
-from rmqk.transport import ConsumeMessageDirectlyResult
+from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 
 class Listener:

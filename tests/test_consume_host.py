@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from rmqk.consume_host import factory_option_specs, parse_service_options
 from rmqk.engine.consume_host import PushConsumeHost, create_consume_service
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.process_queue import ProcessQueue
-from rmqk.errors import ConfigError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError
+from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions, OptionSpec, OptionType
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
 from rmqk.plugins.consume.orderly import MAX_TIME_CONSUME_CONTINUOUSLY_MS, OrderlyConsumeService
+from rmqk.spi.consume import factory_option_specs, parse_service_options
 
 SPECS = (
     OptionSpec(name="size", value_type=OptionType.INT, doc="", default=4, minimum=1, maximum=9),

@@ -3,7 +3,7 @@
 ``tests/plugin-offset-batches/`` (docs/tutorial-consume-service.md) is copied to a
 temp dir, pip-installed into the running test environment, found through its
 ``rmqk`` entry point and selected with ``consume_service``; it sees the push
-consumer only through :class:`rmqk.consume_host.ConsumeHost`.
+consumer only through :class:`rmqk.spi.consume.ConsumeHost`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from cli_support import produce as produce_cli
 from engine_support import committed_offsets, create_topic, max_offsets, produce, wait_for
 
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.errors import ConfigError
-from rmqk.message import MessageExt
+from rmqk.model.errors import ConfigError
+from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import plugin_distribution, registries
 
 pytestmark = pytest.mark.timeout(300)

@@ -21,8 +21,8 @@ from engine_support import (
     wait_for,
 )
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageModel
+from rmqk.model.message import MessageExt
 
 pytestmark = FAST_RETRY_MARKS
 
@@ -157,8 +157,8 @@ class WindowSink:
 
 
 def test_widen_for_sink_moves_only_the_limits_the_file_left_alone() -> None:
+    from rmqk.app.runtime import widen_for_sink
     from rmqk.options import ConsumerOptions
-    from rmqk.runtime import widen_for_sink
 
     base = ConsumerOptions()
     wide = widen_for_sink(base, 200_000)
@@ -186,10 +186,10 @@ async def run_composed_with_sink(
 ) -> Any:
     """``total`` messages on a one-queue topic through ``rmqk run``'s composition into the
     sink; the sink once every message was acknowledged (``check(composed)`` before start)."""
-    from rmqk.config import load_config
-    from rmqk.hookspecs import hookimpl
+    from rmqk.app.config import load_config
+    from rmqk.app.runtime import ComposedConsumer
     from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
-    from rmqk.runtime import ComposedConsumer
+    from rmqk.spi.hookspecs import hookimpl
 
     name = f"{topic.lower()}-test"
 
@@ -274,9 +274,9 @@ async def test_one_queue_beside_the_retry_queue_still_holds_the_whole_window(
 async def test_with_consume_hooks_pending_futures_hold_no_worker(broker: Any) -> None:
     """A metrics or trace plugin (consume hooks) must not make each deferred batch hold a
     consume worker until its flush: the after hook runs when the future resolves."""
-    from rmqk.contexts import ConsumeMessageContext
-    from rmqk.hookspecs import hookimpl
     from rmqk.pluginmanager import get_plugin_manager
+    from rmqk.spi.contexts import ConsumeMessageContext
+    from rmqk.spi.hookspecs import hookimpl
 
     after: list[tuple[int, bool, str | None]] = []
 

@@ -22,7 +22,7 @@ def test_embedded_config_is_the_example_file() -> None:
 
 
 def test_example_config_composes_a_spark_consumer() -> None:
-    from rmqk.config import load_config
+    from rmqk.app.config import load_config
 
     spec = load_config(ROOT / "examples" / "demo.toml").consumers[0]
     assert spec.sink == "spark"

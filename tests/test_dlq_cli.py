@@ -18,7 +18,7 @@ from cli_support import module_broker, rmqk
 from test_broker_support import RawClient, messages_of
 
 from rmqk import PushConsumer
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(180)
 

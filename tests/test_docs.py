@@ -20,9 +20,9 @@ from types import ModuleType
 
 import pytest
 
-from rmqk import hookspecs
-from rmqk.config import COMPOSITION_KEYS, load_config
+from rmqk.app.config import COMPOSITION_KEYS, load_config
 from rmqk.options import OPTIONS
+from rmqk.spi import hookspecs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -73,7 +73,7 @@ def test_every_hook_has_a_section_with_its_signature_and_docstring(reference: Mo
 
 
 def test_every_command_is_in_the_cli_reference_with_its_examples(reference: ModuleType) -> None:
-    from rmqk.cli import _all_commands
+    from rmqk.app.cli import _all_commands
 
     text = reference.cli_reference()
     commands = _all_commands()

@@ -30,7 +30,7 @@ from engine_support import create_topic, push_consumer, wait_for
 from engine_support import produce as produce_async
 from test_option_effects import BrokerRequests
 
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -60,7 +60,7 @@ def test_config_reference_option_snippet_raises_the_error_the_page_shows(tmp_pat
     script = tmp_path / "batch_sink.py"
     script.write_text(
         code
-        + "\nfrom rmqk.errors import ConfigError\n"
+        + "\nfrom rmqk.model.errors import ConfigError\n"
         + f"try:\n    {call.group(1)}\nexcept ConfigError as exc:\n    print(exc)\n"
         # The class as a factory would use it: its own check refuses an odd number.
         + 'try:\n    BatchSink({"path": "out.txt", "pairs": 3})\n'
@@ -309,8 +309,8 @@ def test_rmqk_run_stopped_mid_write_waits_for_it_and_commits_it(
 SUPERVISE = """
 import sys
 
-from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
-from rmqk.worker import WorkerJob
+from rmqk.app.supervisor import Supervisor, SupervisorSettings, worker_identities
+from rmqk.app.worker import WorkerJob
 
 if __name__ == "__main__":
     config, cwd = sys.argv[1], sys.argv[2]
@@ -324,7 +324,7 @@ def test_a_worker_still_running_after_the_stop_timeout_is_killed_and_the_run_exi
 ) -> None:
     # operations.md, "Running with several processes": one still running 60 s after the stop
     # is killed and the exit status is 1. The default is the page's; the run uses 2 s.
-    from rmqk.supervisor import SupervisorSettings
+    from rmqk.app.supervisor import SupervisorSettings
 
     assert SupervisorSettings().stop_timeout == 60.0
     ns = broker_thread.namesrv_addr
@@ -400,8 +400,8 @@ def test_a_dying_worker_is_restarted_after_doubling_delays_then_given_up_on(
 ) -> None:
     # operations.md: restarted after 1 s, then 2, 4, ... up to 30 s; given up on after 5
     # deaths within 10 s of the start. The defaults are the page's; the run scales them down.
-    from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
-    from rmqk.worker import WorkerJob
+    from rmqk.app.supervisor import Supervisor, SupervisorSettings, worker_identities
+    from rmqk.app.worker import WorkerJob
 
     defaults = SupervisorSettings()
     assert (defaults.restart_delay, defaults.restart_delay_max) == (1.0, 30.0)
@@ -410,7 +410,7 @@ def test_a_dying_worker_is_restarted_after_doubling_delays_then_given_up_on(
         restart_delay=0.1, restart_delay_max=0.3, stable_after=10, give_up_after=5, stop_timeout=10
     )
     jobs = [WorkerJob(str(tmp_path / "gone.toml"), i) for i in worker_identities([("x", 1)])]
-    caplog.set_level(logging.WARNING, logger="rmqk.supervisor")
+    caplog.set_level(logging.WARNING, logger="rmqk.app.supervisor")
     assert Supervisor(jobs, settings).run() == 1
     delays = [
         float(m.group(1))
@@ -423,8 +423,8 @@ def test_a_dying_worker_is_restarted_after_doubling_delays_then_given_up_on(
 STABLE = """
 import logging, sys
 
-from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
-from rmqk.worker import WorkerJob
+from rmqk.app.supervisor import Supervisor, SupervisorSettings, worker_identities
+from rmqk.app.worker import WorkerJob
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

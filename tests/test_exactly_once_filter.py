@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.buildahead import Pending
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange

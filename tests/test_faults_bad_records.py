@@ -24,11 +24,11 @@ import pytest
 from engine_support import admin_transport, create_topic, push_consumer, wait_for
 
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
-from rmqk.plugins.remoting import message_codec
-from rmqk.plugins.remoting.message_codec import ZLIB_COMPRESSED_SYS_FLAG, prefix_size
-from rmqk.transport import SendMessageRequest
+from rmqk.spi.transport import SendMessageRequest
+from rmqk.wire import message_codec
+from rmqk.wire.message_codec import ZLIB_COMPRESSED_SYS_FLAG, prefix_size
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -175,7 +175,7 @@ async def test_a_smaller_cap_makes_a_large_body_a_bad_record(
 _BOMB_CONSUMER = r"""
 import asyncio, hashlib, json, logging, sys
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.plugins.remoting import message_codec
+from rmqk.wire import message_codec
 
 namesrv, topic = sys.argv[1], sys.argv[2]
 errors = []

@@ -13,7 +13,7 @@ from engine_support import create_topic
 from test_faults_support import id_of, listener_failure_scenario, produce_ids, wait_until
 
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.consume.concurrent import QUICK_CALL_MS
 

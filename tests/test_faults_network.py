@@ -17,10 +17,10 @@ from engine_support import admin_transport, create_topic
 from faultproxy import FaultProxy
 from test_faults_support import ProxiedBroker, network_scenario
 
-from rmqk.errors import RemotingConnectError, RemotingTimeoutError
 from rmqk.model import MessageQueue
-from rmqk.protocol import PullSysFlag
-from rmqk.transport import PullMessageRequest
+from rmqk.model.errors import RemotingConnectError, RemotingTimeoutError
+from rmqk.spi.transport import PullMessageRequest
+from rmqk.wire.protocol import PullSysFlag
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -17,9 +17,9 @@ import pytest
 from engine_support import create_topic, produce, wait_for
 
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.errors import ClientError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ClientError
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.offsets.local_file import LocalFileOffsetStore, encode_offsets
 

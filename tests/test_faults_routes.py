@@ -21,12 +21,12 @@ from engine_support import admin_transport, create_topic, held_queues, produce, 
 from faultproxy import FaultProxy
 
 from rmqk.engine.consumer import AsyncPushConsumer
-from rmqk.message import MessageExt
 from rmqk.model import BrokerData, QueueData, TopicRouteData
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.remoting.namesrv import encode_topic_route
 from rmqk.plugins.remoting.route_bounds import MAX_ROUTE_QUEUES, bound_route
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

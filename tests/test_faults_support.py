@@ -49,13 +49,13 @@ from faultproxy import FaultProxy  # noqa: E402
 
 from rmqk.engine.consumer import AsyncPushConsumer  # noqa: E402
 from rmqk.engine.producer import AsyncProducer  # noqa: E402
-from rmqk.message import Message, MessageExt  # noqa: E402
 from rmqk.model import (  # noqa: E402
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumeOrderlyStatus,
     ConsumeStatus,
 )
+from rmqk.model.message import Message, MessageExt  # noqa: E402
 from rmqk.plugins.broker import EmbeddedBroker  # noqa: E402
 
 log = logging.getLogger("rmqk.tests.faults")

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqk.errors import FrameError
-from rmqk.plugins.remoting.frame import (
+from rmqk.model.errors import FrameError
+from rmqk.wire.frame import (
     MAX_FRAME_SIZE,
     FrameDecoder,
     SerializeType,
@@ -19,7 +19,7 @@ from rmqk.plugins.remoting.frame import (
     encode_frame,
     encode_frame_head,
 )
-from rmqk.protocol import (
+from rmqk.wire.protocol import (
     RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
     LanguageCode,

@@ -28,8 +28,8 @@ TARGETS = ("frame", "message", "route", "config", "acl")
 
 
 def _frame(data: bytes) -> None:
-    from rmqk.errors import FrameError
-    from rmqk.plugins.remoting.frame import FrameDecoder, decode_frame
+    from rmqk.model.errors import FrameError
+    from rmqk.wire.frame import FrameDecoder, decode_frame
 
     with contextlib.suppress(FrameError):
         decode_frame(data)
@@ -39,8 +39,8 @@ def _frame(data: bytes) -> None:
 
 
 def _message(data: bytes) -> None:
-    from rmqk.errors import FrameError
-    from rmqk.plugins.remoting.message_codec import decode_batch, decode_messages
+    from rmqk.model.errors import FrameError
+    from rmqk.wire.message_codec import decode_batch, decode_messages
 
     for decode in (decode_messages, decode_batch):
         try:
@@ -51,15 +51,15 @@ def _message(data: bytes) -> None:
 
 
 def _route(data: bytes) -> None:
-    from rmqk.plugins.remoting.bodies import BodyFormatError
     from rmqk.plugins.remoting.namesrv import decode_topic_route
+    from rmqk.wire.bodies import BodyFormatError
 
     with contextlib.suppress(BodyFormatError):
         decode_topic_route(data)
 
 
 def _file_loader(suffix: str, load: Callable[[Path], object]) -> Callable[[bytes], None]:
-    from rmqk.errors import ConfigError
+    from rmqk.model.errors import ConfigError
 
     path = Path(tempfile.mkdtemp(prefix="rmqk-atheris-")) / f"fuzz{suffix}"
 
@@ -73,7 +73,7 @@ def _file_loader(suffix: str, load: Callable[[Path], object]) -> Callable[[bytes
 
 def _target(name: str) -> Callable[[bytes], None]:
     if name == "config":
-        from rmqk.config import load_config
+        from rmqk.app.config import load_config
 
         return _file_loader(".toml", load_config)
     if name == "acl":

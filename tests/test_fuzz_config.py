@@ -1,6 +1,6 @@
 """Fuzzing the config loader: whatever the file holds, the only error is ConfigError.
 
-``rmqk.config.load_config`` reads user files. Random bytes, broken TOML, valid
+``rmqk.app.config.load_config`` reads user files. Random bytes, broken TOML, valid
 TOML of the wrong shape and near-miss consumer tables must each give a Config or
 a ConfigError that names the file, never another exception, never a hang.
 """
@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_codec_fuzz import mutated
 
-from rmqk.config import Config, load_config
-from rmqk.errors import ConfigError
+from rmqk.app.config import Config, load_config
+from rmqk.model.errors import ConfigError
 from rmqk.options import OPTIONS_BY_NAME
 
 pytestmark = pytest.mark.timeout(180)

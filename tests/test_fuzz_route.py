@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from test_codec_fuzz import mutated
 
 from rmqk.model import BrokerData, QueueData, TopicRouteData
-from rmqk.plugins.remoting.bodies import BodyFormatError
 from rmqk.plugins.remoting.namesrv import decode_topic_route, encode_topic_route
+from rmqk.wire.bodies import BodyFormatError
 
 pytestmark = pytest.mark.timeout(120)
 

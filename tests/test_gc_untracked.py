@@ -12,9 +12,9 @@ import gc
 
 import pytest
 
-from rmqk.message import MessageExt
-from rmqk.plugins.remoting import message_codec
-from rmqk.plugins.remoting.message_codec import encode_stored_message
+from rmqk.model.message import MessageExt
+from rmqk.wire import message_codec
+from rmqk.wire.message_codec import encode_stored_message
 
 needs_extension = pytest.mark.skipif(
     not message_codec.SPEEDUPS, reason="the compiled decoder is not built (or RMQK_NO_EXTENSIONS)"

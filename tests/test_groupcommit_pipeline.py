@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 
 pytestmark = pytest.mark.timeout(60)

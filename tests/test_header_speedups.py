@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqk.errors import FrameError
-from rmqk.plugins.remoting import compiled_headers, frame
-from rmqk.protocol import LanguageCode, RemotingCommand, RequestCode
+from rmqk.model.errors import FrameError
+from rmqk.wire import compiled_headers, frame
+from rmqk.wire.protocol import LanguageCode, RemotingCommand, RequestCode
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -11,16 +11,16 @@ import pluggy
 import pytest
 
 from rmqk import hookimpl, pluginmanager
-from rmqk.contexts import ConsumeMessageContext, ConsumerView
-from rmqk.errors import PluginError
 from rmqk.hookcalls import all_idle, idle_when
 from rmqk.model import MessageModel, MessageQueue, ServiceState
+from rmqk.model.errors import PluginError
 from rmqk.pluginmanager import (
     call_event_hook,
     get_plugin_manager,
     registries,
     reset_plugin_manager,
 )
+from rmqk.spi.contexts import ConsumeMessageContext, ConsumerView
 
 MQ = MessageQueue("T", "broker-a", 0)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqk import hookspecs
+from rmqk.spi import hookspecs
 
 ROOT = Path(__file__).resolve().parent.parent
 

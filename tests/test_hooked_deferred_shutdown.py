@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.listener import ListenerOutcome
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions
 from rmqk.plugins.consume.backlog import Chunk
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
+from rmqk.spi.contexts import ConsumeMessageContext
 
 pytestmark = pytest.mark.timeout(30)
 MQ = MessageQueue("T", "broker-a", 0)

@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
-from rmqk import cli, hookimpl
-from rmqk.contexts import ConsumeMessageContext, FilterMessageContext
-from rmqk.errors import PluginError
-from rmqk.message import MessageExt
+from rmqk import hookimpl
+from rmqk.app import cli
 from rmqk.model import MessageQueue
+from rmqk.model.errors import PluginError
+from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import (
     call_event_hook,
     registries,
 )
+from rmqk.spi.contexts import ConsumeMessageContext, FilterMessageContext
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -340,8 +341,8 @@ def test_hook_rmqk_configure(pm: Any) -> None:
 
 def test_hook_rmqk_check_config(pm: Any, tmp_path: Any) -> None:
     """Every plugin checks its table, problems are reported together, nothing is applied."""
-    from rmqk.config import Config, check_config_tables
-    from rmqk.errors import ConfigError, ConfigProblem
+    from rmqk.app.config import Config, check_config_tables
+    from rmqk.model.errors import ConfigError, ConfigProblem
 
     checked: list[str] = []
 

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import pytest
 
 from rmqk.engine.listener import ConsumeConcurrentlyContext
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions
 from rmqk.plugins.consume.backlog import Chunk
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService

@@ -28,17 +28,17 @@ from test_broker_support import RawClient
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.model import ExpressionType, MessageQueue, SubscriptionData
 from rmqk.plugins.broker import EmbeddedBroker, jsonwire
-from rmqk.plugins.remoting import bodies
-from rmqk.plugins.remoting.bodies import ObjectKey
-from rmqk.plugins.remoting.javajson import java_double, java_string
 from rmqk.plugins.status.collect import parse_running_info
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import (
+from rmqk.spi.transport import (
     ConsumeMessageDirectlyResult,
     ConsumerRunningInfo,
     ConsumeStatus,
     ProcessQueueInfo,
 )
+from rmqk.wire import bodies
+from rmqk.wire.bodies import ObjectKey
+from rmqk.wire.javajson import java_double, java_string
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""ListenerInvoker.invoke as a third-party consume service sees it (rmqk.consume_host).
+"""ListenerInvoker.invoke as a third-party consume service sees it (rmqk.spi.consume).
 
 A listener's exception is logged unless the caller reports it itself, and a listener
 that takes ``(messages, context)`` is not called with None for the context.
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from rmqk.engine.listener import ListenerInvoker
-from rmqk.errors import ClientError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ClientError
+from rmqk.model.message import MessageExt
 
 MQ = MessageQueue("T", "broker-a", 0)
 MSGS = [MessageExt(topic="T", body=b"x", queue_offset=0)]

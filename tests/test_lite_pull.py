@@ -20,9 +20,9 @@ import rmqk
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.sync import LitePullConsumer
-from rmqk.errors import ClientError, ConfigError
-from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ClientError, ConfigError
+from rmqk.model.message import Message, MessageExt
 
 pytestmark = pytest.mark.timeout(60)
 

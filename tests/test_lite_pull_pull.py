@@ -20,9 +20,9 @@ from engine_support import create_topic, produce
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.sync import LitePullConsumer, Producer
-from rmqk.errors import ClientError, SubscriptionRefusedError
-from rmqk.message import Message
 from rmqk.model import MessageQueue, PullStatus
+from rmqk.model.errors import ClientError, SubscriptionRefusedError
+from rmqk.model.message import Message
 
 pytestmark = pytest.mark.timeout(60)
 

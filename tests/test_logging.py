@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqk.logsetup import (
+from rmqk.app.logsetup import (
     bind_log_context,
     configure_logging,
     current_log_context,
@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Modules that are commands: printing is their job.
 PRINTING_MODULES = {
-    "kernel/builtin_commands.py",
-    "kernel/cli.py",
-    "kernel/engine/produce_tool.py",
+    "kernel/app/commands.py",
+    "kernel/app/cli.py",
+    "kernel/app/produce_tool.py",
     "kernel/hookcalls.py",  # RMQK_TRACE_PLUGINS prints hook calls, as datasette does
     "plugins/broker/admin_cli.py",  # the rmqk admin command
     "plugins/broker/dlq.py",  # rmqk admin dlq
@@ -38,7 +38,7 @@ PRINTING_MODULES = {
     "plugins/spark/demo.py",
     "plugins/status/__init__.py",
     "plugins/trace/admin.py",  # rmqk admin trace
-    "kernel/supervisor.py",  # rmqk run --processes: the group's summary line and tally
+    "kernel/app/supervisor.py",  # rmqk run --processes: the group's summary line and tally
 }
 
 

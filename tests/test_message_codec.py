@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqk.errors import FrameError
-from rmqk.message import Message, MessageExt, decode_offset_msg_id, offset_msg_id
-from rmqk.plugins.remoting import message_codec as mc
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.model.errors import FrameError
+from rmqk.model.message import Message, MessageExt, decode_offset_msg_id, offset_msg_id
+from rmqk.model.uniq_id import UniqIdGenerator, uniq_id_timestamp
+from rmqk.wire import message_codec as mc
+from rmqk.wire.message_codec import (
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
     ZLIB_COMPRESSED_SYS_FLAG,
@@ -29,7 +30,6 @@ from rmqk.plugins.remoting.message_codec import (
     patch_stored_message,
     record_total_size,
 )
-from rmqk.uniq_id import UniqIdGenerator, uniq_id_timestamp
 
 pytestmark = pytest.mark.timeout(60)
 

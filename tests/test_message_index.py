@@ -20,18 +20,18 @@ import pytest
 from test_broker_support import RawClient, messages_of
 from test_faults_support import BrokerProcess
 
-from rmqk.cli import main
+from rmqk.app.cli import main
 from rmqk.engine.producer import AsyncProducer
-from rmqk.errors import RmqkError
-from rmqk.message import Message, decode_offset_msg_id, format_properties, offset_msg_id
 from rmqk.model import SendResult
+from rmqk.model.errors import RmqkError
+from rmqk.model.message import Message, decode_offset_msg_id, format_properties, offset_msg_id
 from rmqk.plugins.broker import connection
 from rmqk.plugins.broker.admin_client import LONG_MAX, AdminClient, MessageIdKind
 from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
 from rmqk.plugins.broker.store import MessageStore
 from rmqk.plugins.broker.store.index import IndexConfig
 from rmqk.plugins.broker.store.index_file import java_string_hash
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 

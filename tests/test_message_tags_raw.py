@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqk.message import _AMBIGUOUS, MessageExt, _tags_in_raw, parse_properties
+from rmqk.model.message import _AMBIGUOUS, MessageExt, _tags_in_raw, parse_properties
 
 
 def consumed(raw: bytes) -> MessageExt:

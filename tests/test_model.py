@@ -6,13 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmqk.message import (
-    MessageExt,
-    decode_offset_msg_id,
-    format_properties,
-    offset_msg_id,
-    parse_properties,
-)
 from rmqk.model import (
     BrokerData,
     ExpressionType,
@@ -21,6 +14,13 @@ from rmqk.model import (
     TopicRouteData,
     build_subscription,
     java_string_hash,
+)
+from rmqk.model.message import (
+    MessageExt,
+    decode_offset_msg_id,
+    format_properties,
+    offset_msg_id,
+    parse_properties,
 )
 
 

@@ -17,10 +17,10 @@ import pytest
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer, select_by_hash
-from rmqk.errors import ConfigError
-from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue
-from rmqk.namespace import (
+from rmqk.model.errors import ConfigError
+from rmqk.model.message import Message, MessageExt
+from rmqk.model.namespace import (
     check_namespace,
     effective_namespace,
     is_system_resource,
@@ -32,7 +32,7 @@ from rmqk.namespace import (
     wrap_and_retry,
     wrap_queue,
 )
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 # (namespace, resource, wrapNamespace(namespace, resource))
 WRAP_TABLE = [
@@ -499,7 +499,7 @@ def test_spark_source_reads_a_namespace(broker_thread: Any) -> None:
 
 
 def _cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    from rmqk.cli import main
+    from rmqk.app.cli import main
 
     code = main(list(argv))
     out, err = capsys.readouterr()

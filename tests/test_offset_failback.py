@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 from test_broker_support import RawClient
 
-from rmqk.contracts import OffsetStoreContext, ReadOffsetType
 from rmqk.model import MessageModel, MessageQueue
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.offsets.remote_broker import create_remote_broker_store
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.spi.contracts import OffsetStoreContext, ReadOffsetType
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,10 +19,8 @@ import pluggy
 import pytest
 
 import rmqk.plugins.offsets as offsets_plugin
-from rmqk import hookspecs
-from rmqk.contracts import OffsetStoreContext, ReadOffsetType
-from rmqk.errors import BrokerError, ClientError, ConfigError, RemotingConnectError
 from rmqk.model import MessageModel, MessageQueue
+from rmqk.model.errors import BrokerError, ClientError, ConfigError, RemotingConnectError
 from rmqk.pluginmanager import Registries
 from rmqk.plugins.offsets.local_file import (
     DIR_ENV,
@@ -34,7 +32,9 @@ from rmqk.plugins.offsets.local_file import (
     read_offset_file,
 )
 from rmqk.plugins.offsets.remote_broker import RemoteBrokerOffsetStore, create_remote_broker_store
-from rmqk.protocol import ResponseCode
+from rmqk.spi import hookspecs
+from rmqk.spi.contracts import OffsetStoreContext, ReadOffsetType
+from rmqk.wire.protocol import ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -515,7 +515,7 @@ def test_local_kill_9_leaves_old_or_new_content(tmp_path: Path, mode: str) -> No
 
 
 class FakeTransport:
-    """Just the two offset calls of rmqk.transport.Transport, kept in memory.
+    """Just the two offset calls of rmqk.spi.transport.Transport, kept in memory.
 
     ``failures`` maps an address to the exception every call to it raises.
     """
@@ -780,7 +780,7 @@ class _OffsetPeer:
 
     async def handle(self, conn: Any, request: Any, serialize_type: int) -> Any:
         from rmqk.plugins.broker.commands import make_response
-        from rmqk.protocol import RequestCode
+        from rmqk.wire.protocol import RequestCode
 
         fields = request.ext_fields
         queue_id = int(fields["queueId"])
@@ -801,7 +801,7 @@ class _OffsetPeer:
 async def test_tcp_not_found_and_error_answers_are_minus_one() -> None:
     from rmqk.plugins.broker.server import RemotingServer
     from rmqk.plugins.remoting import create_tcp_transport
-    from rmqk.transport import TransportConfig
+    from rmqk.spi.transport import TransportConfig
 
     peer = _OffsetPeer()
     server = RemotingServer("offset-peer", peer.handle)

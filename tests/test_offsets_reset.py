@@ -36,13 +36,13 @@ import pytest
 from cli_support import start_rmqk
 from engine_support import committed_offsets, create_topic, produce, wait_for
 
+from rmqk.app.progress import snapshot
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer
-from rmqk.errors import ConfigError
-from rmqk.message import MessageExt
-from rmqk.offsets_reset import OffsetsWentBackwardsError
+from rmqk.model.errors import ConfigError
+from rmqk.model.message import MessageExt
+from rmqk.model.offsets_reset import OffsetsWentBackwardsError
 from rmqk.plugins.broker import EmbeddedBroker
-from rmqk.progress import snapshot
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -222,9 +222,9 @@ async def test_the_trace_lookup_scans_through_the_reader(
 ) -> None:
     """A broker that cannot query by key has its trace queues read with the chosen transport."""
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
     from rmqk.plugins.trace.lookup import find_trace_messages
-    from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+    from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
     await broker.create_topic("Looked", queues=1)
     async with AsyncProducer(
@@ -314,7 +314,7 @@ def test_the_spark_source_uses_the_transport_plugin_and_filter_hooks(
 def test_the_spark_source_refuses_an_unknown_transport_and_bad_transport_options(
     recording_plugin: Path,
 ) -> None:
-    from rmqk.errors import ConfigError
+    from rmqk.model.errors import ConfigError
     from rmqk.plugins.spark.source import SourceOptions
 
     base = {"namesrv": "127.0.0.1:9876", "topics": "Orders"}
@@ -352,7 +352,7 @@ async def test_offsets_gone_by_retention_raise_or_are_skipped_with_a_warning(
 
     from rmqk.engine.producer import AsyncProducer
     from rmqk.engine.reader import OffsetsGoneError, RangeReader, ReaderSettings
-    from rmqk.message import Message
+    from rmqk.model.message import Message
 
     every_hour = ";".join(str(h) for h in range(24))
     broker = await broker_factory(

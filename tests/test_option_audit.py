@@ -15,10 +15,10 @@ from collections.abc import Mapping
 import pytest
 from option_audit import find_test, is_exercised
 
-from rmqk.consumer_options import OPTIONS_BY_NAME
-from rmqk.engine.lite_pull.options import LITE_OPTIONS
-from rmqk.engine.producer_options import ProducerOptions
-from rmqk.optionspec import OptionSpec, option_specs
+from rmqk.options.consumer import OPTIONS_BY_NAME
+from rmqk.options.lite_pull import LITE_OPTIONS
+from rmqk.options.producer import ProducerOptions
+from rmqk.spi.options import OptionSpec, option_specs
 
 E = "tests/test_option_effects.py::"
 PUSH = "tests/test_push_consumer.py::"

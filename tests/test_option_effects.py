@@ -20,9 +20,9 @@ import attrs
 import pytest
 from engine_support import create_topic, produce, push_consumer, wait_for
 
-from rmqk.errors import RemotingTimeoutError
-from rmqk.message import MessageExt
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.model.errors import RemotingTimeoutError
+from rmqk.model.message import MessageExt
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -129,7 +129,7 @@ async def test_producer_with_the_vip_transport_option_sends_to_the_vip_listener(
     broker: Any,
 ) -> None:
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
 
     await create_topic(broker, "VipSend", 1)
     seen = BrokerRequests(broker)
@@ -144,7 +144,7 @@ async def test_producer_with_the_vip_transport_option_sends_to_the_vip_listener(
 
 async def test_producer_vip_channel_enabled_sends_to_the_port_minus_two(broker: Any) -> None:
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
 
     await create_topic(broker, "VipOption", 1)
     seen = BrokerRequests(broker)
@@ -161,9 +161,9 @@ async def test_producer_vip_channel_enabled_sends_to_the_port_minus_two(broker: 
 async def test_the_vip_listener_refuses_pulls_as_apaches_fast_server_does(broker: Any) -> None:
     from engine_support import admin_transport
 
-    from rmqk.errors import BrokerError
+    from rmqk.model.errors import BrokerError
     from rmqk.plugins.remoting.rpc import vip_address
-    from rmqk.transport import PullMessageRequest
+    from rmqk.spi.transport import PullMessageRequest
 
     await create_topic(broker, "VipPull", 1)
     transport = await admin_transport(broker.namesrv_addr)
@@ -617,7 +617,7 @@ async def test_lite_fetch_thresholds_bound_what_is_buffered_before_polls(broker:
 
 async def test_compress_msg_body_over_howmuch_compresses_bodies_above_it(broker: Any) -> None:
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
 
     await create_topic(broker, "Zip", 1)
     seen = BrokerRequests(broker)
@@ -636,8 +636,8 @@ async def test_compress_msg_body_over_howmuch_compresses_bodies_above_it(broker:
 
 async def test_max_message_size_refuses_a_larger_body_before_sending(broker: Any) -> None:
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.errors import ClientError
-    from rmqk.message import Message
+    from rmqk.model.errors import ClientError
+    from rmqk.model.message import Message
 
     await create_topic(broker, "Big", 1)
     seen = BrokerRequests(broker)
@@ -650,7 +650,7 @@ async def test_max_message_size_refuses_a_larger_body_before_sending(broker: Any
 
 async def test_default_topic_queue_nums_sizes_an_auto_created_topic(broker: Any) -> None:
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
 
     seen = BrokerRequests(broker)
     async with AsyncProducer(
@@ -665,7 +665,7 @@ async def test_default_topic_queue_nums_sizes_an_auto_created_topic(broker: Any)
 
 async def test_latency_tables_set_how_long_a_broker_is_avoided(broker: Any) -> None:
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
 
     await create_topic(broker, "Latency", 1)
     async with AsyncProducer(
@@ -690,9 +690,9 @@ async def test_latency_tables_set_how_long_a_broker_is_avoided(broker: Any) -> N
 async def test_transport_names_the_registered_transport_the_consumer_talks_through(
     broker: Any,
 ) -> None:
-    from rmqk.hookspecs import hookimpl
     from rmqk.pluginmanager import get_plugin_manager, reset_plugin_manager
     from rmqk.plugins.remoting import create_tcp_transport
+    from rmqk.spi.hookspecs import hookimpl
 
     made: list[Any] = []
 
@@ -801,7 +801,7 @@ async def test_access_channel_cloud_sends_consume_traces_to_the_regions_topic(
 
 async def test_producer_customized_trace_topic_receives_its_send_traces(broker: Any) -> None:
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
     from rmqk.plugins.trace.lookup import find_trace_messages, trace_views
 
     await create_topic(broker, "TracedSend", 1)

@@ -14,8 +14,8 @@ from engine_support import create_topic, held_queues, produce, wait_for
 import rmqk.engine.rebalance as rebalance_module
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
-from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeOrderlyStatus
+from rmqk.model.message import Message, MessageExt
 
 pytestmark = pytest.mark.timeout(180)
 

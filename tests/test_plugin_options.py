@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.options import (
     OptionInvalid,
     OptionType,
@@ -169,8 +169,8 @@ def test_every_builtin_plugin_option_is_in_the_reference() -> None:
 def test_rmqk_run_names_the_file_and_table_of_a_sink_option(tmp_path: Path) -> None:
     import asyncio
 
-    from rmqk.config import load_config
-    from rmqk.runtime import run_config
+    from rmqk.app.config import load_config
+    from rmqk.app.runtime import run_config
 
     path = tmp_path / "consumers.toml"
     path.write_text(

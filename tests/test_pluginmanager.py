@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqk.errors import PluginError
+from rmqk.model.errors import PluginError
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
 
 

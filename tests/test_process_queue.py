@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqk.engine.process_queue import ProcessQueue
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 
 
 def msgs(*offsets: int, size: int = 10) -> list[MessageExt]:

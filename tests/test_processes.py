@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from cli_support import module_broker, produce, rmqk, start_rmqk
 
-from rmqk.supervisor import Supervisor, SupervisorSettings, worker_identities
-from rmqk.worker import WorkerJob, _Pipe, _wait_for_go
-from rmqk.workers import WorkerIdentity, WorkerReady, set_current_worker, worker_path
+from rmqk.app.supervisor import Supervisor, SupervisorSettings, worker_identities
+from rmqk.app.worker import WorkerJob, _Pipe, _wait_for_go
+from rmqk.app.workers import WorkerIdentity, WorkerReady, set_current_worker, worker_path
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -288,10 +288,10 @@ def test_worker_identities_and_paths() -> None:
 async def test_worker_instance_names_as_operations_md_states(tmp_path: Path) -> None:
     """The default instance name becomes <pid>#<nanotime> in each worker; a name the
     file sets gets -w<i> appended: N distinct client ids either way."""
-    from rmqk.config import load_config
+    from rmqk.app.config import load_config
+    from rmqk.app.worker import worker_config
     from rmqk.engine.startup import client_for
     from rmqk.model import MessageModel
-    from rmqk.worker import worker_config
 
     path = tmp_path / "c.toml"
     path.write_text(
@@ -383,7 +383,7 @@ def test_workers_do_not_wait_past_the_timeout_for_a_slow_sibling(
 ) -> None:
     supervisor, ends = _supervisor(2, timeout=0.0)
     supervisor._receive(supervisor.slots[0], WorkerReady(1))
-    with caplog.at_level(logging.WARNING, logger="rmqk.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="rmqk.app.supervisor"):
         supervisor._release()
     assert _told_to_go(ends[0]) and _told_to_go(ends[1])
     assert "worker x#1 not ready 0 s after launch; starting the others" in caplog.text

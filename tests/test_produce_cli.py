@@ -115,7 +115,7 @@ def test_stdin_lines_without_tags_take_tags_round_robin(broker: Any) -> None:
 def test_options_that_would_be_ignored_are_refused_before_connecting(
     options: list[str], error: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rmqk.cli import main
+    from rmqk.app.cli import main
 
     # An address nothing listens on: the refusal must come before any connection.
     status = main(["produce", "--namesrv", "127.0.0.1:1", "--topic", "T", *options])

@@ -16,16 +16,16 @@ from faultproxy import FaultProxy
 from test_faults_support import ProxiedBroker
 
 from rmqk.engine.producer import AsyncProducer
-from rmqk.errors import (
+from rmqk.model import SendResult, SendStatus
+from rmqk.model.errors import (
     BrokerError,
     ConfigError,
     RemotingError,
     RemotingTooMuchRequestError,
     SendFailedError,
 )
-from rmqk.message import Message
-from rmqk.model import SendResult, SendStatus
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.model.message import Message
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,9 +15,9 @@ from engine_support import create_topic, max_offsets
 
 from rmqk.engine.producer import AsyncProducer, select_by_hash
 from rmqk.engine.sync import Producer
-from rmqk.errors import ClientError
-from rmqk.message import Message
 from rmqk.model import MessageQueue, SendStatus
+from rmqk.model.errors import ClientError
+from rmqk.model.message import Message
 
 pytestmark = pytest.mark.timeout(60)
 

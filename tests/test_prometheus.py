@@ -23,16 +23,16 @@ from cli_support import jsonl_consumer, module_broker, produce, start_rmqk
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rmqk.config import announce_config, load_config
-from rmqk.contexts import ConsumeMessageContext
+from rmqk.app.config import announce_config, load_config
 from rmqk.engine.stats import ConsumerStats
-from rmqk.errors import ConfigError
-from rmqk.message import MessageExt
 from rmqk.model import MessageModel, MessageQueue
+from rmqk.model.errors import ConfigError
+from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import get_plugin_manager, hook_has_impls
 from rmqk.plugins import prometheus
 from rmqk.plugins.prometheus.metrics import RmqkMetrics
 from rmqk.plugins.prometheus.settings import PrometheusSettings
+from rmqk.spi.contexts import ConsumeMessageContext
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -276,7 +276,7 @@ def test_rmqk_run_serves_metrics_matching_the_consumed_count(broker: Any, tmp_pa
     time.sleep(0.2)
     records = [json.loads(line) for line in stderr.lines if line.startswith("{")]
     assert records and len(records) == len(stderr.lines)
-    started = [r for r in records if r["logger"] == "rmqk.runtime"]
+    started = [r for r in records if r["logger"] == "rmqk.app.runtime"]
     assert started and started[0]["message"].startswith("consumer metered (group g-metered)")
     assert any(r.get("group") == "g-metered" and r.get("topic") == "Metered" for r in records)
 

@@ -20,14 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.plugins.remoting.pull_body import decode_plain, decode_pull_body
+from rmqk.wire.message_codec import (
     ZLIB_COMPRESSED_SYS_FLAG,
     RecordError,
     decode_messages,
     encode_stored_message,
     prefix_size,
 )
-from rmqk.plugins.remoting.pull_body import decode_plain, decode_pull_body
 
 QUEUE = 3
 BATCH = 4

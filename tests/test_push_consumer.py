@@ -26,9 +26,9 @@ from engine_support import (
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.rebalance import parse_consume_timestamp
-from rmqk.errors import ClientError, ConfigError
-from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeStatus, MessageQueue
+from rmqk.model.errors import ClientError, ConfigError
+from rmqk.model.message import Message, MessageExt
 
 pytestmark = FAST_RETRY_MARKS
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from rmqk.contracts import ReadOffsetType
 from rmqk.engine.rebalance import Rebalance, parse_consume_timestamp
-from rmqk.errors import BrokerError
 from rmqk.model import ConsumeFromWhere, MessageQueue
+from rmqk.model.errors import BrokerError
 from rmqk.options import ConsumerOptions
+from rmqk.spi.contracts import ReadOffsetType
 
 MQ = MessageQueue("T", "b", 0)
 RETRY = MessageQueue("%RETRY%g", "b", 0)

@@ -28,9 +28,9 @@ import rmqk
 from rmqk.engine.producer import AsyncProducer, select_by_hash
 from rmqk.engine.request_reply import create_reply_message
 from rmqk.engine.sync import Producer
-from rmqk.errors import BrokerError, ClientError, RequestTimeoutError, SendFailedError
-from rmqk.message import Message, MessageExt, MessageProperty
 from rmqk.model import SendStatus
+from rmqk.model.errors import BrokerError, ClientError, RequestTimeoutError, SendFailedError
+from rmqk.model.message import Message, MessageExt, MessageProperty
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -304,8 +304,8 @@ async def test_broker_takes_the_v1_reply_header_too(broker: Any) -> None:
     for its @CFNotNull fields as Apache's decoder does."""
     from engine_support import admin_transport
 
-    from rmqk.message import format_properties
-    from rmqk.protocol import RemotingCommand, RequestCode
+    from rmqk.model.message import format_properties
+    from rmqk.wire.protocol import RemotingCommand, RequestCode
 
     fields: dict[str, object] = {
         "producerGroup": "p-v1",

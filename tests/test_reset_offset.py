@@ -230,8 +230,8 @@ def test_a_member_gets_the_push_apache_sends(broker_thread):
     timestamp on the header (isForce left false), ResetOffsetBody with each queue's offset."""
     from test_broker_support import RawClient
 
-    from rmqk.plugins.remoting.bodies import decode_reset_offset
-    from rmqk.protocol import RequestCode
+    from rmqk.wire.bodies import decode_reset_offset
+    from rmqk.wire.protocol import RequestCode
 
     _setup(broker_thread, "rg-raw", "ResetRaw")
 
@@ -266,7 +266,7 @@ def test_a_member_gets_the_push_apache_sends(broker_thread):
 def test_timestamps_are_epoch_milliseconds_or_iso_8601_local_without_a_zone():
     import datetime
 
-    from rmqk.errors import RmqkError
+    from rmqk.model.errors import RmqkError
     from rmqk.plugins.broker.reset_offset import parse_timestamp
 
     assert parse_timestamp("1700000000123") == 1700000000123

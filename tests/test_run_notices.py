@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from engine_support import wait_for
 
+from rmqk.app.progress import snapshot
+from rmqk.app.summary_line import SummaryLine
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.pull import FlowControl
 from rmqk.model import MessageQueue
-from rmqk.progress import snapshot
-from rmqk.summary_line import SummaryLine
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.records import message_record
 
 QUEUE = MessageQueue("Orders", "broker-a", 0)

@@ -161,7 +161,7 @@ def test_a_table_in_the_embedded_metastore_is_refused_with_processes(tmp_path: P
 
 def test_catalog_options_are_checked_and_laid_out_in_one_folder(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
-    from rmqk.errors import ConfigError
+    from rmqk.model.errors import ConfigError
     from rmqk.plugins.spark.options import parse_sink_options
     from rmqk.plugins.spark.session import catalog_settings
 

@@ -248,10 +248,10 @@ def test_batch_read_spreads_queues_over_both_workers(
 async def test_sink_writes_through_both_workers_exactly_once(
     spark: Any, cluster: StandaloneCluster, broker: Any, tmp_path: Path
 ) -> None:
-    from rmqk.config import load_config
+    from rmqk.app.config import load_config
+    from rmqk.app.runtime import ComposedConsumer
     from rmqk.plugins.spark.demo import produce_orders
     from rmqk.plugins.spark.options import SinkOptions
-    from rmqk.runtime import ComposedConsumer
 
     await broker.create_topic("Orders", queues=QUEUES)
     produced = await produce_orders(broker.namesrv_addr, 6000, topic="Orders")

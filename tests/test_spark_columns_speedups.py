@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 
-from rmqk.message import MessageExt, MessageProperty, parse_properties  # noqa: E402
 from rmqk.model import MessageQueue  # noqa: E402
+from rmqk.model.message import MessageExt, MessageProperty, parse_properties  # noqa: E402
 from rmqk.plugins.spark import columns  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)

@@ -24,10 +24,11 @@ from spark_support import (  # the spark fixture
     spark_session,  # noqa: F401
 )
 
-from rmqk.config import load_config
-from rmqk.errors import ConfigError
-from rmqk.message import MessageExt
+from rmqk.app.config import load_config
+from rmqk.app.runtime import ComposedConsumer
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError
+from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.commitlog import (
     CommitEntry,
     CommitLog,
@@ -37,7 +38,6 @@ from rmqk.plugins.sinks.commitlog import (
 )
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
 from rmqk.plugins.spark.options import parse_sink_options
-from rmqk.runtime import ComposedConsumer
 
 if TYPE_CHECKING:
     pass

@@ -27,13 +27,13 @@ from spark_support import (  # the spark fixture
     spark_session,  # noqa: F401
 )
 
-from rmqk.config import load_config
-from rmqk.errors import ConfigError
-from rmqk.message import MessageExt
+from rmqk.app.config import load_config
+from rmqk.app.runtime import ComposedConsumer
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError
+from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.commitlog import CommitLog, control_dir
 from rmqk.plugins.spark.options import parse_sink_options
-from rmqk.runtime import ComposedConsumer
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -308,9 +308,9 @@ if stage != "none":
 
     OutputWriter._stage_hook = pause_for_the_kill
 
-from rmqk.config import load_config
+from rmqk.app.config import load_config
 from rmqk.plugins.sinks.commitlog import CommitLog, control_dir
-from rmqk.runtime import ComposedConsumer
+from rmqk.app.runtime import ComposedConsumer
 
 
 async def main():

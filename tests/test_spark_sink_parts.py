@@ -19,8 +19,8 @@ pytest.importorskip("pyspark")
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.plugins.spark import arrow_writer
 from rmqk.plugins.spark.columns import messages_to_arrow
 from rmqk.plugins.spark.sink import OutputWriter, SparkSink

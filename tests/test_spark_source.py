@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rmqk.errors import ConfigError
+from rmqk.model.errors import ConfigError
 from rmqk.plugins.spark.offsets import (
     QueueKey,
     cap_offsets,
@@ -268,7 +268,7 @@ def test_batch_read_returns_the_requested_offset_range(spark: Any, broker_thread
 async def _send_numbered(namesrv: str, first: int, count: int) -> None:
     """Orders ``first`` .. ``first + count - 1``, each with a property ``n``, over two queues."""
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message
+    from rmqk.model.message import Message
 
     async with AsyncProducer("numbered-producer", namesrv_addr=namesrv) as producer:
         queues = await producer.queues_for("Orders")

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from rmqk.errors import ConfigError, SubscriptionRefusedError
-from rmqk.message import Message
+from rmqk.model.errors import ConfigError, SubscriptionRefusedError
+from rmqk.model.message import Message
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")

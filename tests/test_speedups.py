@@ -23,9 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqk.engine import process_queue
-from rmqk.message import MessageExt
-from rmqk.plugins.remoting import compiled_headers, message_codec
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.model.message import MessageExt
+from rmqk.plugins.spark import columns
+from rmqk.wire import compiled_headers, message_codec
+from rmqk.wire.message_codec import (
     _SLOT_ORDER,
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
@@ -34,7 +35,6 @@ from rmqk.plugins.remoting.message_codec import (
     encode_stored_message,
     maybe_compress,
 )
-from rmqk.plugins.spark import columns
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,7 +112,7 @@ def test_well_formed_records_decode_the_same(parts: list[bytes], decompress: boo
     assert compiled == pure
     assert pure[1] is None
     # ... and the compiled decoder took every record itself.
-    from rmqk.plugins.remoting import _speedups
+    from rmqk.wire import _speedups
 
     out: list[MessageExt] = []
     assert _speedups.decode_records(buf, 0, len(buf), "b", decompress, 1 << 20, out) == len(buf)
@@ -147,7 +147,7 @@ def test_a_body_too_large_and_a_bad_host_are_reported_by_the_python_decoder() ->
 
 @needs_extension
 def test_a_subclass_or_another_type_is_refused_by_configure() -> None:
-    from rmqk.plugins.remoting import _speedups
+    from rmqk.wire import _speedups
 
     class Other:
         __slots__ = _SLOT_ORDER
@@ -165,8 +165,8 @@ def test_a_subclass_or_another_type_is_refused_by_configure() -> None:
 def test_a_built_extension_is_used() -> None:
     """A drift between MessageExt's slots and the C decoder's must not go unnoticed."""
     for module, used in (
-        ("rmqk.plugins.remoting._speedups", message_codec.SPEEDUPS),
-        ("rmqk.plugins.remoting._headers", compiled_headers.ENCODE is not None),
+        ("rmqk.wire._speedups", message_codec.SPEEDUPS),
+        ("rmqk.wire._headers", compiled_headers.ENCODE is not None),
         ("rmqk.engine._pq_speedups", process_queue._SPEEDUPS is not None),
         ("rmqk.plugins.spark._columns", columns.SPEEDUPS),
     ):
@@ -175,7 +175,7 @@ def test_a_built_extension_is_used() -> None:
 
 
 def test_rmqk_no_extensions_selects_the_python_decoder() -> None:
-    code = "from rmqk.plugins.remoting import message_codec as m; print(m.SPEEDUPS)"
+    code = "from rmqk.wire import message_codec as m; print(m.SPEEDUPS)"
     env = {**os.environ, "RMQK_NO_EXTENSIONS": "1"}
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True

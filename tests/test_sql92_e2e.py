@@ -26,12 +26,12 @@ from engine_support import create_topic, push_consumer, wait_for
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer
 from rmqk.engine.sync import PushConsumer
-from rmqk.errors import RmqkError, SubscriptionRefusedError
-from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeStatus, ServiceState
+from rmqk.model.errors import RmqkError, SubscriptionRefusedError
+from rmqk.model.message import Message, MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
-from rmqk.protocol import ResponseCode
+from rmqk.wire.protocol import ResponseCode
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -424,7 +424,7 @@ async def test_pulls_by_heartbeat_use_the_compiled_filter_data(filtering_broker:
     """Without the subscription flag a pull uses what the heartbeat registered (Apache's order)."""
     from test_broker_support import RawClient
 
-    from rmqk.protocol import RequestCode
+    from rmqk.wire.protocol import RequestCode
 
     await create_topic(filtering_broker, "SqlRaw", 1)
     await send_all(filtering_broker.namesrv_addr, "SqlRaw")
@@ -455,7 +455,7 @@ async def test_check_client_config_answers_as_apache(filtering_broker: Any) -> N
 
     from test_broker_support import RawClient
 
-    from rmqk.protocol import RequestCode
+    from rmqk.wire.protocol import RequestCode
 
     def body(sub: dict[str, Any] | None) -> bytes:
         return json.dumps({"clientId": "c", "group": "g", "subscriptionData": sub}).encode()

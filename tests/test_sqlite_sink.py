@@ -22,7 +22,7 @@ import pytest
 from cli_support import start_rmqk
 from engine_support import create_topic, produce, wait_for
 
-from rmqk.errors import ConfigError
+from rmqk.model.errors import ConfigError
 from rmqk.plugins.sinks.sqlite import SqliteSink
 
 pytestmark = pytest.mark.timeout(180)
@@ -86,8 +86,8 @@ def _check_each_message_once(db: Path) -> None:
 async def _finish(config: Path, db: Path, replayed: int = 0) -> Any:
     """Run the consumer in this process until every message is a row (and ``replayed``
     rows were skipped); its sink's stats."""
-    from rmqk.config import load_config
-    from rmqk.runtime import ComposedConsumer
+    from rmqk.app.config import load_config
+    from rmqk.app.runtime import ComposedConsumer
 
     composed = ComposedConsumer(load_config(config).consumers[0])
     sink: Any = composed.sink
@@ -134,8 +134,8 @@ async def test_kill_9_mid_backlog_then_restart_writes_each_message_once(
 async def test_stop_and_restart_mid_backlog_writes_each_message_once(
     backlog: Any, tmp_path: Path
 ) -> None:
-    from rmqk.config import load_config
-    from rmqk.runtime import ComposedConsumer
+    from rmqk.app.config import load_config
+    from rmqk.app.runtime import ComposedConsumer
 
     db = tmp_path / "out.db"
     config = _config(tmp_path, backlog.namesrv_addr, db)
@@ -179,8 +179,8 @@ def test_registered_as_sqlite_with_a_default_table(tmp_path: Path) -> None:
 
 async def test_rows_and_offsets_commit_together(tmp_path: Path) -> None:
     """A commit that fails after its rows are inserted leaves neither rows nor offsets."""
-    from rmqk.message import MessageExt
     from rmqk.model import MessageQueue
+    from rmqk.model.message import MessageExt
 
     def message(offset: int) -> MessageExt:
         return MessageExt(topic="T", body=b"x", queue_id=0, queue_offset=offset)

@@ -7,12 +7,12 @@ import datetime
 import json
 from typing import Any
 
-from rmqk.errors import BrokerError
+from rmqk.app.termchart import bar, bar_chart, progress_line, sparkline, use_unicode
 from rmqk.model import MessageQueue
+from rmqk.model.errors import BrokerError
 from rmqk.plugins.status.collect import GroupStatus, QueueStatus, group_status
 from rmqk.plugins.status.watch import LagHistory, format_watch, lag_line
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.termchart import bar, bar_chart, progress_line, sparkline, use_unicode
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 
 class _Stream:
@@ -156,7 +156,7 @@ def test_watch_before_the_config_takes_it_as_the_config() -> None:
 
     import pytest
 
-    from rmqk.errors import RmqkError
+    from rmqk.model.errors import RmqkError
     from rmqk.plugins.status import _watch_seconds
 
     def given(watch: str | None, config: str | None = None) -> argparse.Namespace:

@@ -25,12 +25,12 @@ import pytest
 from engine_support import create_topic
 from test_faults_support import produce_ids, wait_until
 
-from rmqk.config import Config, load_config
+from rmqk.app.config import Config, load_config
+from rmqk.app.runtime import ComposedConsumer, StopTally, run_config
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.listener import FailureLog
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
-from rmqk.runtime import ComposedConsumer, StopTally, run_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -291,7 +291,7 @@ async def test_repeated_failures_name_the_function_the_config_names(
 
 
 def test_a_sink_without_a_function_is_named_by_its_sink() -> None:
-    from rmqk.runtime import sink_listener_name
+    from rmqk.app.runtime import sink_listener_name
 
     config = load_config_text(
         'group = "g"\nnamesrv_addr = "127.0.0.1:9876"\nsubscription = { T = "*" }\n'

@@ -1,7 +1,7 @@
 """One subscription-expression rule in every API (issue 27 item 7).
 
 ``rmqk check``, the push consumer, the lite pull consumer and the Spark source
-all ask :func:`rmqk.names.check_expression`, so an expression one refuses the
+all ask :func:`rmqk.model.names.check_expression`, so an expression one refuses the
 others refuse with the same words; what passes is served by a real broker.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from engine_support import create_topic, produce
 
-from rmqk.cli import main
+from rmqk.app.cli import main
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
-from rmqk.errors import ClientError
-from rmqk.names import check_expression
+from rmqk.model.errors import ClientError
+from rmqk.model.names import check_expression
 
 pytestmark = pytest.mark.timeout(60)
 

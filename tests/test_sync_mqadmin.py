@@ -13,8 +13,8 @@ import pytest
 from engine_support import max_offsets
 
 from rmqk.engine.sync import LitePullConsumer, Producer, PushConsumer
-from rmqk.errors import ClientError
-from rmqk.message import Message
+from rmqk.model.errors import ClientError
+from rmqk.model.message import Message
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from rmqk.cli import _readable
+from rmqk.app.cli import _readable
 from rmqk.plugins.remoting.connection import _reason
 from rmqk.plugins.status import _answering
 

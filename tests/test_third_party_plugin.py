@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from cli_support import installed_distribution, module_broker, produce, start_rmqk
 
-from rmqk.config import load_config
+from rmqk.app.config import load_config
 from rmqk.model import MessageQueue
 from rmqk.pluginmanager import plugin_distribution, registries
 

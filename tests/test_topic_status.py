@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from test_broker_support import RawClient
 
-from rmqk.cli import main
+from rmqk.app.cli import main
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.admin_client import AdminClient, TopicQueueStatus, decode_topic_stats
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -17,14 +17,12 @@ from typing import Any
 import pytest
 from engine_support import FAST_DELAY_LEVELS, create_topic, wait_for
 
-from rmqk.cli import main
-from rmqk.contexts import ClientContext, ClientRole, SendMessageContext
+from rmqk.app.cli import main
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.producer import AsyncProducer
-from rmqk.hookspecs import hookimpl
-from rmqk.message import Message, MessageExt
 from rmqk.model import ConsumeStatus, SendStatus
+from rmqk.model.message import Message, MessageExt
 from rmqk.pluginmanager import get_plugin_manager
 from rmqk.plugins import trace
 from rmqk.plugins.trace.dispatcher import AsyncTraceDispatcher
@@ -37,7 +35,9 @@ from rmqk.plugins.trace.records import (
     decode,
     encode,
 )
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.spi.contexts import ClientContext, ClientRole, SendMessageContext
+from rmqk.spi.hookspecs import hookimpl
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,10 +22,10 @@ import pytest
 from engine_support import admin_transport, create_topic, max_offsets, push_consumer, wait_for
 
 from rmqk.engine.transaction import AsyncTransactionProducer, LocalTransactionState
-from rmqk.message import Message, MessageExt, decode_offset_msg_id
+from rmqk.model.message import Message, MessageExt, decode_offset_msg_id
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.broker.transactions import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_TOPIC
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -307,7 +307,7 @@ async def test_unanswered_checks_discard_the_message_after_the_maximum(
 
 
 def test_broker_options_are_checked(tmp_path: Path) -> None:
-    from rmqk.errors import RmqkError
+    from rmqk.model.errors import RmqkError
 
     with pytest.raises(RmqkError, match="transaction_check_max"):
         EmbeddedBroker(tmp_path, transaction_check_max=0)
@@ -318,7 +318,7 @@ def test_broker_options_are_checked(tmp_path: Path) -> None:
 async def test_reject_transaction_message_refuses_half_messages(broker_factory: Any) -> None:
     broker = await broker_factory(reject_transaction_message=True)
     await create_topic(broker, "TxRefused", 4)
-    from rmqk.errors import ClientError
+    from rmqk.model.errors import ClientError
 
     async with tx_producer(broker, "tx-refused", COMMIT) as producer:
         with pytest.raises(ClientError, match="sending transaction message is forbidden"):

@@ -11,12 +11,12 @@ import pytest
 from test_transport_support import PeerConnection, ScriptedServer, config
 
 import rmqk.plugins.remoting as remoting_plugin
-from rmqk import hookspecs
-from rmqk.errors import ConfigError
+from rmqk.model.errors import ConfigError
 from rmqk.pluginmanager import Registries
 from rmqk.plugins.remoting import acl
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.spi import hookspecs
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("no_acl_credentials")]
 

@@ -8,8 +8,6 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from test_transport_support import PeerConnection, ScriptedServer, config
 
-from rmqk.errors import BrokerError, RemotingTimeoutError
-from rmqk.message import Message, MessageExt
 from rmqk.model import (
     ConsumeFromWhere,
     ConsumeType,
@@ -19,16 +17,18 @@ from rmqk.model import (
     SendStatus,
     build_subscription,
 )
+from rmqk.model.errors import BrokerError, RemotingTimeoutError
+from rmqk.model.message import Message, MessageExt
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.plugins.remoting.message_codec import encode_batch, encode_stored_message
-from rmqk.protocol import RPC_ONEWAY, LanguageCode, RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import (
+from rmqk.spi.transport import (
     ConsumerData,
     HeartbeatData,
     ProducerData,
     PullMessageRequest,
     SendMessageRequest,
 )
+from rmqk.wire.message_codec import encode_batch, encode_stored_message
+from rmqk.wire.protocol import RPC_ONEWAY, LanguageCode, RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(30)
 

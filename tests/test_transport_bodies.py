@@ -16,9 +16,14 @@ from rmqk.model import (
     MessageQueue,
     build_subscription,
 )
-from rmqk.plugins.remoting import bodies
-from rmqk.plugins.remoting.bodies import BodyFormatError, ObjectKey
-from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerData, HeartbeatData, ProducerData
+from rmqk.spi.transport import (
+    ConsumeMessageDirectlyResult,
+    ConsumerData,
+    HeartbeatData,
+    ProducerData,
+)
+from rmqk.wire import bodies
+from rmqk.wire.bodies import BodyFormatError, ObjectKey
 
 MQ = MessageQueue("T", "b", 1)
 

@@ -9,12 +9,12 @@ import random
 import pytest
 from test_transport_support import PeerConnection, ScriptedServer, config, free_port
 
-from rmqk.errors import RemotingConnectError, RemotingSendError, RemotingTimeoutError
+from rmqk.model.errors import RemotingConnectError, RemotingSendError, RemotingTimeoutError
 from rmqk.plugins.remoting import create_tcp_transport
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.plugins.remoting.frame import SerializeType
-from rmqk.protocol import RPC_ONEWAY, RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import TlsConfig
+from rmqk.spi.transport import TlsConfig
+from rmqk.wire.frame import SerializeType
+from rmqk.wire.protocol import RPC_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,15 +11,15 @@ import pluggy
 import pytest
 from test_transport_support import PeerConnection, ScriptedServer, config
 
-from rmqk import hookspecs
-from rmqk.hookspecs import hookimpl
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
-from rmqk.plugins.remoting import bodies
+from rmqk.model.message import MessageExt
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.plugins.remoting.message_codec import encode_stored_message
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import ConsumeMessageDirectlyResult, ConsumerRunningInfo, ProcessQueueInfo
+from rmqk.spi import hookspecs
+from rmqk.spi.hookspecs import hookimpl
+from rmqk.spi.transport import ConsumeMessageDirectlyResult, ConsumerRunningInfo, ProcessQueueInfo
+from rmqk.wire import bodies
+from rmqk.wire.message_codec import encode_stored_message
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from test_transport_support import Handler, PeerConnection, ScriptedServer, config, free_port
 
-from rmqk.errors import BrokerError, RemotingConnectError, RemotingTimeoutError
 from rmqk.model import BrokerData, MessageQueue, QueueData, TopicRouteData
-from rmqk.plugins.remoting.bodies import BodyFormatError
+from rmqk.model.errors import BrokerError, RemotingConnectError, RemotingTimeoutError
 from rmqk.plugins.remoting.client import TcpTransport
 from rmqk.plugins.remoting.namesrv import decode_topic_route, encode_topic_route
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.bodies import BodyFormatError
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(30)
 

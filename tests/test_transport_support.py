@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from rmqk.plugins.remoting.frame import FrameDecoder, SerializeType, encode_frame
-from rmqk.protocol import RemotingCommand, ResponseCode
-from rmqk.transport import TransportConfig
+from rmqk.spi.transport import TransportConfig
+from rmqk.wire.frame import FrameDecoder, SerializeType, encode_frame
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 Handler = Callable[
     [RemotingCommand, "PeerConnection"],

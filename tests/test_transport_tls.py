@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from test_transport_support import ScriptedServer, config
 
-from rmqk.errors import ConfigError, RemotingConnectError
+from rmqk.model.errors import ConfigError, RemotingConnectError
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.protocol import RemotingCommand, ResponseCode
-from rmqk.transport import TlsConfig
+from rmqk.spi.transport import TlsConfig
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,11 +22,11 @@ from test_acl_tls import pki, server_tls  # noqa: F401  (pki is a fixture)
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
-from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus
+from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.remoting.client import TcpTransport
-from rmqk.transport import TlsConfig, TransportConfig
+from rmqk.spi.transport import TlsConfig, TransportConfig
 
 uvloop = pytest.importorskip("uvloop")
 

@@ -6,10 +6,10 @@ from the code, committed, so the page reads the same on GitHub, in an editor and
 the HTML build:
 
 * ``config-reference``: every key of a ``[consumers.<name>]`` table, from
-  :data:`rmqk.config.COMPOSITION_KEYS` and :data:`rmqk.options.OPTIONS`;
+  :data:`rmqk.app.config.COMPOSITION_KEYS` and :data:`rmqk.options.OPTIONS`;
 * ``plugin-options`` (and ``spark-sink-options``): every built-in plugin's options
   table, from the classes the plugins declare with :func:`rmqk.options.option`;
-* ``hook-reference``: every hook spec of :mod:`rmqk.hookspecs`, with its signature
+* ``hook-reference``: every hook spec of :mod:`rmqk.spi.hookspecs`, with its signature
   and docstring;
 * ``cli-reference``: ``rmqk --help`` and the help of every sub-command, from the
   parser the CLI builds (so plugins' commands appear as installed).
@@ -113,7 +113,7 @@ def compat_only_summary(specs: Any) -> str:
 
 def config_reference() -> str:
     """Every key of a consumer table, grouped as the config reference shows them."""
-    from rmqk.config import COMPOSITION_KEYS
+    from rmqk.app.config import COMPOSITION_KEYS
     from rmqk.options import OPTIONS, OptionType
 
     names = [o.name for o in OPTIONS]
@@ -234,7 +234,7 @@ def _markdown_docstring(doc: str) -> str:
 
 
 def hook_names() -> list[str]:
-    from rmqk import hookspecs
+    from rmqk.spi import hookspecs
 
     return sorted(n for n in dir(hookspecs) if n.startswith("rmqk_"))
 
@@ -250,7 +250,7 @@ def _hook_kind(name: str, function: Any) -> str:
 
 def hook_reference() -> str:
     """One section per hook spec: signature, kind, docstring."""
-    from rmqk import hookspecs
+    from rmqk.spi import hookspecs
 
     registration = [n for n in hook_names() if n.startswith("rmqk_register_")]
     events = [n for n in hook_names() if n not in registration]
@@ -290,7 +290,7 @@ def _columns(width: int) -> Iterator[None]:
 
 
 def command_names() -> list[str]:
-    from rmqk.cli import _all_commands
+    from rmqk.app.cli import _all_commands
 
     return sorted(_all_commands())
 
@@ -299,7 +299,7 @@ def cli_reference() -> str:
     """``rmqk --help`` and every sub-command's ``--help``, as the installed CLI prints them."""
     import argparse
 
-    from rmqk.cli import build_parser
+    from rmqk.app.cli import build_parser
 
     with _columns(96):
         parser = build_parser()
@@ -315,7 +315,7 @@ def cli_reference() -> str:
 
 def java_options() -> str:
     """Each Java setter of DefaultMQPushConsumer / ClientConfig and its rmqk key."""
-    from rmqk.config import COMPOSITION_KEYS
+    from rmqk.app.config import COMPOSITION_KEYS
     from rmqk.options import OPTIONS
 
     rows = []
@@ -366,14 +366,14 @@ def spark_columns() -> str:
 
 def lite_pull_options() -> str:
     """The lite pull consumer's own options, from their declarations."""
-    from rmqk.engine.lite_pull.options import LitePullOptions
+    from rmqk.options.lite_pull import LitePullOptions
 
     return options_table(LitePullOptions)
 
 
 def client_options() -> str:
     """The client options every client kind takes (ClientOptions), linked to their sections."""
-    from rmqk.client_options import CLIENT_OPTIONS
+    from rmqk.options.client import CLIENT_OPTIONS
 
     return (
         ", ".join(f"[`{s.name}`](config-reference.md#{s.name})" for s in CLIENT_OPTIONS) + "\n"
@@ -382,7 +382,7 @@ def client_options() -> str:
 
 def producer_options() -> str:
     """The producer's options, from their declarations."""
-    from rmqk.engine.producer_options import ProducerOptions
+    from rmqk.options.producer import ProducerOptions
 
     return options_table(ProducerOptions)
 

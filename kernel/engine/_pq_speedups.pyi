@@ -1,7 +1,7 @@
 from collections import deque
 from collections.abc import Iterable
 
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
 
 def put_ascending(
     msgs: dict[int, MessageExt], order: deque[int], batch: list[MessageExt], held: int

@@ -24,8 +24,6 @@ from typing import Any, Protocol
 import attrs
 
 from rmqk.engine.request_reply import ReplyFutures
-from rmqk.errors import ClientError, RemotingError, RmqkError
-from rmqk.message import MessageExt, MessageProperty
 from rmqk.model import (
     MASTER_ID,
     MessageQueue,
@@ -33,8 +31,10 @@ from rmqk.model import (
     SubscriptionData,
     TopicRouteData,
 )
+from rmqk.model.errors import ClientError, RemotingError, RmqkError
+from rmqk.model.message import MessageExt, MessageProperty
 from rmqk.pluginmanager import get_plugin_manager, registries
-from rmqk.transport import (
+from rmqk.spi.transport import (
     CheckTransactionStateRequest,
     ConsumeMessageDirectlyResult,
     ConsumerData,
@@ -111,7 +111,7 @@ class ClientConfig:
     credentials: Credentials | None = None
 
 
-# A dict class, built once a pull: see PullMessageRequest (rmqk.transport).
+# A dict class, built once a pull: see PullMessageRequest (rmqk.spi.transport).
 @attrs.frozen(slots=False)
 class FindBrokerResult:
     broker_addr: str

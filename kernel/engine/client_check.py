@@ -13,8 +13,8 @@ import random
 from collections.abc import Iterable
 
 from rmqk.engine.client import ClientInstance
-from rmqk.errors import BrokerError, ClientError, RmqkError, SubscriptionRefusedError
 from rmqk.model import ExpressionType, SubscriptionData
+from rmqk.model.errors import BrokerError, ClientError, RmqkError, SubscriptionRefusedError
 
 __all__ = ["check_client_in_broker"]
 

@@ -1,4 +1,4 @@
-"""The push consumer seen through the consume-service contract (rmqk.consume_host).
+"""The push consumer seen through the consume-service contract (rmqk.spi.consume).
 
 :class:`PushConsumeHost` is what a consume service plugin gets instead of the
 consumer itself, so a service depends on the written protocol and the consumer
@@ -12,7 +12,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from rmqk.consume_host import (
+from rmqk.engine.process_queue import ProcessQueue
+from rmqk.model import MessageModel, MessageQueue
+from rmqk.model.message import MessageExt
+from rmqk.options import ConsumerOptions
+from rmqk.pluginmanager import registries
+from rmqk.spi.consume import (
     ConsumeHost,
     ConsumeListener,
     ConsumeService,
@@ -21,11 +26,6 @@ from rmqk.consume_host import (
     factory_option_specs,
     parse_service_options,
 )
-from rmqk.engine.process_queue import ProcessQueue
-from rmqk.message import MessageExt
-from rmqk.model import MessageModel, MessageQueue
-from rmqk.options import ConsumerOptions
-from rmqk.pluginmanager import registries
 
 if TYPE_CHECKING:
     from rmqk.engine.consumer import AsyncPushConsumer
@@ -34,7 +34,7 @@ __all__ = ["PushConsumeHost", "create_consume_service"]
 
 
 class PushConsumeHost:
-    """A :class:`rmqk.consume_host.ConsumeHost` over one push consumer.
+    """A :class:`rmqk.spi.consume.ConsumeHost` over one push consumer.
 
     Reads the consumer's parts when called rather than copying them: the
     listener, offset store and client are set during the consumer's start.
@@ -112,7 +112,7 @@ class PushConsumeHost:
 def create_consume_service(consumer: AsyncPushConsumer, name: str) -> ConsumeService:
     """``factory(host, options)`` for the service registered as ``name``.
 
-    Raises :class:`rmqk.errors.ConfigError` for ``consume_service_options`` the
+    Raises :class:`rmqk.model.errors.ConfigError` for ``consume_service_options`` the
     service does not take, before anything is built.
     """
     factory = registries().consume_services.get(name)

@@ -9,9 +9,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from rmqk.consume_host import ConsumeService
-from rmqk.contexts import ClientRole
-from rmqk.contracts import ReadOffsetType
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.consume_host import create_consume_service
 from rmqk.engine.listener import ListenerInvoker
@@ -26,8 +23,6 @@ from rmqk.engine.pull import (
 from rmqk.engine.rebalance import Rebalance
 from rmqk.engine.startup import load_offset_store, start_once
 from rmqk.engine.stats import ConsumerStats
-from rmqk.errors import ClientError, ConfigError, RmqkError
-from rmqk.message import Message, MessageExt, MessageProperty
 from rmqk.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumeType,
@@ -40,9 +35,14 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
-from rmqk.namespace import unwrapping_rebalance_listener
+from rmqk.model.errors import ClientError, ConfigError, RmqkError
+from rmqk.model.message import Message, MessageExt, MessageProperty
+from rmqk.model.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, validate_options
-from rmqk.transport import ConsumeMessageDirectlyResult, ConsumeStatus
+from rmqk.spi.consume import ConsumeService
+from rmqk.spi.contexts import ClientRole
+from rmqk.spi.contracts import ReadOffsetType
+from rmqk.spi.transport import ConsumeMessageDirectlyResult, ConsumeStatus
 
 __all__ = ["AsyncPushConsumer"]
 
@@ -63,7 +63,7 @@ class AsyncPushConsumer(ConsumerMember):
 
     ``AsyncPushConsumer(group, namesrv_addr=..., **options)`` takes every option of
     :class:`rmqk.options.ConsumerOptions` by its snake_case Java name; bad values
-    raise :class:`rmqk.errors.ConfigError` naming the option and what is allowed.
+    raise :class:`rmqk.model.errors.ConfigError` naming the option and what is allowed.
     """
 
     consume_type = ConsumeType.CONSUME_PASSIVELY
@@ -168,7 +168,7 @@ class AsyncPushConsumer(ConsumerMember):
         ``hook`` has ``consume_message_before(context)`` and/or
         ``consume_message_after(context)`` (plain or ``async def``), called around
         each of this consumer's listener calls with the
-        :class:`~rmqk.contexts.ConsumeMessageContext` the process's
+        :class:`~rmqk.spi.contexts.ConsumeMessageContext` the process's
         ``rmqk_consume_message_*`` plugin hooks receive, after them. Other clients of
         the process never reach it. One that raises is logged; consuming goes on.
         """

@@ -23,12 +23,12 @@ from typing import Any
 
 import attrs
 
-from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.pool import ResizablePool
-from rmqk.errors import ClientError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ClientError
+from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import call_event_hook, hook_has_impls
+from rmqk.spi.contexts import ConsumeMessageContext
 
 __all__ = [
     "JAVA_INT_MAX",

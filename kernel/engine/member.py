@@ -19,15 +19,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, Self
 
-from rmqk.contexts import ClientContext, ClientRole
-from rmqk.contracts import AllocationStrategy, OffsetStore
 from rmqk.engine.client import ClientInstance
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.rebalance import Rebalance
 from rmqk.engine.startup import client_for, resolve_namesrv
-from rmqk.errors import ClientError, ConfigError, RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import (
     ConsumeFromWhere,
     ConsumeType,
@@ -36,12 +32,16 @@ from rmqk.model import (
     ServiceState,
     SubscriptionData,
 )
-from rmqk.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
-from rmqk.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
+from rmqk.model.errors import ClientError, ConfigError, RmqkError
+from rmqk.model.message import MessageExt
+from rmqk.model.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
+from rmqk.model.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
 from rmqk.options import ConsumerOptions, Where, check_group
-from rmqk.optionspec import option_specs
 from rmqk.pluginmanager import call_event_hook, registries
-from rmqk.transport import (
+from rmqk.spi.contexts import ClientContext, ClientRole
+from rmqk.spi.contracts import AllocationStrategy, OffsetStore
+from rmqk.spi.options import option_specs
+from rmqk.spi.transport import (
     ConsumeMessageDirectlyResult,
     ConsumerData,
     ConsumerRunningInfo,
@@ -130,7 +130,7 @@ class ConsumerMember:
         ``hook.filter_message(context)`` (plain or ``async def``) runs on each FOUND
         pull of this consumer after the exact-tag re-filter and the process's
         ``rmqk_filter_message`` plugin hooks, with the same
-        :class:`~rmqk.contexts.FilterMessageContext`; it removes messages from
+        :class:`~rmqk.spi.contexts.FilterMessageContext`; it removes messages from
         ``context.messages``. Other clients of the process never reach it. One that
         raises is logged; pulling goes on.
         """

@@ -20,9 +20,9 @@ from functools import partial
 from itertools import repeat
 from operator import attrgetter, is_not
 
-from rmqk.extensions import extensions_disabled
-from rmqk.message import MessageExt
-from rmqk.transport import ProcessQueueInfo
+from rmqk.model.message import MessageExt
+from rmqk.spi.extensions import extensions_disabled
+from rmqk.spi.transport import ProcessQueueInfo
 
 __all__ = [
     "PULL_MAX_IDLE_MS",

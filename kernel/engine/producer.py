@@ -29,8 +29,6 @@ from typing import Any
 
 import attrs
 
-from rmqk import namespace as nsutil
-from rmqk.client_options import ClientOptions, resolve_client_options
 from rmqk.engine.client import ClientInstance
 from rmqk.engine.fault_strategy import (
     DEFAULT_LATENCY_MAX,
@@ -39,7 +37,6 @@ from rmqk.engine.fault_strategy import (
     TopicPublishInfo,
 )
 from rmqk.engine.producer_hooks import announce, hooked_send
-from rmqk.engine.producer_options import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
 from rmqk.engine.request_reply import create_correlation_id
 from rmqk.engine.send_request import (
     CommunicationMode,
@@ -50,15 +47,6 @@ from rmqk.engine.send_request import (
     send_failed,
 )
 from rmqk.engine.startup import client_config, client_id_for
-from rmqk.errors import (
-    BrokerError,
-    ClientError,
-    RemotingError,
-    RemotingTooMuchRequestError,
-    RequestTimeoutError,
-    RmqkError,
-)
-from rmqk.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model import (
     MASTER_ID,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -69,9 +57,21 @@ from rmqk.model import (
     TopicRouteData,
     java_string_hash,
 )
-from rmqk.optionspec import Where
-from rmqk.transport import SendMessageRequest
-from rmqk.uniq_id import create_uniq_id
+from rmqk.model import namespace as nsutil
+from rmqk.model.errors import (
+    BrokerError,
+    ClientError,
+    RemotingError,
+    RemotingTooMuchRequestError,
+    RequestTimeoutError,
+    RmqkError,
+)
+from rmqk.model.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
+from rmqk.model.uniq_id import create_uniq_id
+from rmqk.options.client import ClientOptions, resolve_client_options
+from rmqk.options.producer import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
+from rmqk.spi.options import Where
+from rmqk.spi.transport import SendMessageRequest
 
 __all__ = [
     "AsyncProducer",
@@ -145,10 +145,10 @@ class AsyncProducer:
 
     Takes the producer's own options (:class:`ProducerOptions`), ``transport`` and
     ``transport_options``, and every client option of
-    :class:`rmqk.client_options.ClientOptions` by the same keyword names the
+    :class:`rmqk.options.client.ClientOptions` by the same keyword names the
     consumers take (``namesrv_addr``, ``use_tls``, ``tls_ca_file``, ``access_key``,
     ``mq_client_api_timeout``, ...), or one ``client_options=ClientOptions(...)``.
-    Bad values raise :class:`rmqk.errors.ConfigError` naming each option.
+    Bad values raise :class:`rmqk.model.errors.ConfigError` naming each option.
     """
 
     def __init__(
@@ -241,7 +241,7 @@ class AsyncProducer:
 
         ``hook`` has ``send_message_before(context)`` and/or
         ``send_message_after(context)`` (plain or ``async def``), called around each
-        send attempt of this producer with the :class:`~rmqk.contexts.SendMessageContext`
+        send attempt of this producer with the :class:`~rmqk.spi.contexts.SendMessageContext`
         the ``rmqk_send_message_*`` plugin hooks receive, after them. Other clients of
         the process never reach it. One that raises is logged; the send goes on.
         """
@@ -516,7 +516,7 @@ class AsyncProducer:
         ``msg`` gets CORRELATION_ID, REPLY_TO_CLIENT and TTL properties and is sent
         in the asynchronous mode; the reply a responder sends with
         :func:`rmqk.create_reply_message` is returned. No reply in time raises
-        :class:`~rmqk.errors.RequestTimeoutError` naming the correlation id; a
+        :class:`~rmqk.model.errors.RequestTimeoutError` naming the correlation id; a
         failed send raises :class:`ClientError` with the send's error as its cause.
         """
         self._check_running()

@@ -12,12 +12,12 @@ import inspect
 import logging
 from typing import TYPE_CHECKING
 
-from rmqk.contexts import ClientContext, ClientRole, SendMessageContext
 from rmqk.engine.send_request import CommunicationMode, Payload
-from rmqk.message import MessageProperty, parse_properties
 from rmqk.model import MessageQueue, SendResult
+from rmqk.model.message import MessageProperty, parse_properties
 from rmqk.pluginmanager import call_event_hook, hook_has_impls
-from rmqk.transport import SendMessageRequest
+from rmqk.spi.contexts import ClientContext, ClientRole, SendMessageContext
+from rmqk.spi.transport import SendMessageRequest
 
 if TYPE_CHECKING:
     from rmqk.engine.producer import AsyncProducer

@@ -21,12 +21,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from rmqk.contexts import FilterMessageContext
 from rmqk.engine.client import ClientInstance, FindBrokerResult
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.stats import ConsumerStats
-from rmqk.errors import BrokerError, RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import (
     MASTER_ID,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -37,10 +34,13 @@ from rmqk.model import (
     ServiceState,
     SubscriptionData,
 )
-from rmqk.offsets_reset import OffsetsReset
+from rmqk.model.errors import BrokerError, RmqkError
+from rmqk.model.message import MessageExt
+from rmqk.model.offsets_reset import OffsetsReset
 from rmqk.pluginmanager import call_event_hook, get_plugin_manager
-from rmqk.protocol import PullSysFlag, ResponseCode
-from rmqk.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE, PullMessageRequest
+from rmqk.spi.contexts import FilterMessageContext
+from rmqk.spi.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE, PullMessageRequest
+from rmqk.wire.protocol import PullSysFlag, ResponseCode
 
 __all__ = [
     "PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL",

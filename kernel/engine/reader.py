@@ -30,8 +30,6 @@ import attrs
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.pull import PullAPI
-from rmqk.errors import ClientError, RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import (
     MessageQueue,
     PullResult,
@@ -39,8 +37,10 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
-from rmqk.namespace import unwrap
-from rmqk.transport import Credentials, PullMessageRequest, TlsConfig
+from rmqk.model.errors import ClientError, RmqkError
+from rmqk.model.message import MessageExt
+from rmqk.model.namespace import unwrap
+from rmqk.spi.transport import Credentials, PullMessageRequest, TlsConfig
 
 __all__ = ["MAX_PULL", "OffsetsGoneError", "RangeGap", "RangeReader", "ReaderSettings"]
 

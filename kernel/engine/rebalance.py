@@ -15,10 +15,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from rmqk.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
 from rmqk.engine.client import ClientInstance
 from rmqk.engine.process_queue import ProcessQueue
-from rmqk.errors import RmqkError
 from rmqk.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumeFromWhere,
@@ -27,8 +25,10 @@ from rmqk.model import (
     MessageQueue,
     SubscriptionData,
 )
+from rmqk.model.errors import RmqkError
 from rmqk.options import ConsumerOptions
 from rmqk.pluginmanager import call_event_hook
+from rmqk.spi.contracts import AllocationStrategy, OffsetStore, ReadOffsetType
 
 __all__ = ["Rebalance", "RebalanceMember"]
 

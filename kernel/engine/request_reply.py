@@ -20,8 +20,8 @@ import asyncio
 import logging
 import uuid
 
-from rmqk.errors import ClientError
-from rmqk.message import Message, MessageExt, MessageProperty
+from rmqk.model.errors import ClientError
+from rmqk.model.message import Message, MessageExt, MessageProperty
 
 __all__ = [
     "REPLY_MESSAGE_FLAG",

@@ -12,17 +12,17 @@ import zlib
 
 import attrs
 
-from rmqk.errors import (
+from rmqk.model import RETRY_GROUP_TOPIC_PREFIX, MessageQueue
+from rmqk.model.errors import (
     BrokerError,
     ClientError,
     RemotingConnectError,
     RemotingTimeoutError,
     SendFailedError,
 )
-from rmqk.message import Message, MessageProperty, format_properties
-from rmqk.model import RETRY_GROUP_TOPIC_PREFIX, MessageQueue
-from rmqk.transport import SendMessageRequest
-from rmqk.uniq_id import create_uniq_id
+from rmqk.model.message import Message, MessageProperty, format_properties
+from rmqk.model.uniq_id import create_uniq_id
+from rmqk.spi.transport import SendMessageRequest
 
 __all__ = [
     "ACCESS_BROKER_TIMEOUT",

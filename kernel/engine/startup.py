@@ -12,14 +12,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from rmqk.client_options import ClientOptions
-from rmqk.contracts import OffsetStore, OffsetStoreContext
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.rebalance import rebalance_wait_interval_ms
-from rmqk.errors import ClientError
 from rmqk.model import MessageModel, ServiceState
+from rmqk.model.errors import ClientError
 from rmqk.options import ConsumerOptions
+from rmqk.options.client import ClientOptions
 from rmqk.pluginmanager import registries
+from rmqk.spi.contracts import OffsetStore, OffsetStoreContext
 
 __all__ = [
     "client_config",

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import attrs
 
-from rmqk.transport import ConsumeStatus
+from rmqk.spi.transport import ConsumeStatus
 
 __all__ = ["ConsumerStats", "TopicStats"]
 

@@ -26,8 +26,8 @@ from rmqk.engine.transaction import (
     TransactionSendResult,
     run_local_transaction,
 )
-from rmqk.message import Message, MessageExt
 from rmqk.model import MessageQueue, PullResult, SendResult, SendStatus
+from rmqk.model.message import Message, MessageExt
 
 __all__ = ["LitePullConsumer", "Producer", "PushConsumer", "TransactionProducer", "run_in_loop"]
 

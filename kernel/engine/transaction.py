@@ -26,14 +26,14 @@ from typing import Any, Protocol
 
 import attrs
 
-from rmqk import namespace as nsutil
 from rmqk.engine.producer import AUTO_CREATE_TOPIC_KEY, AsyncProducer, validate_message
-from rmqk.errors import ClientError
-from rmqk.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model import MessageQueue, SendResult, SendStatus
-from rmqk.protocol import RemotingCommand, RequestCode
-from rmqk.transport import CheckTransactionStateRequest
-from rmqk.uniq_id import create_uniq_id
+from rmqk.model import namespace as nsutil
+from rmqk.model.errors import ClientError
+from rmqk.model.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
+from rmqk.model.uniq_id import create_uniq_id
+from rmqk.spi.transport import CheckTransactionStateRequest
+from rmqk.wire.protocol import RemotingCommand, RequestCode
 
 __all__ = [
     "AsyncTransactionProducer",

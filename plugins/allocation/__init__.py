@@ -20,7 +20,6 @@ and never leave one out. Each module's docstring gives its algorithm and options
 
 from __future__ import annotations
 
-from rmqk.hookspecs import Register, hookimpl
 from rmqk.plugins.allocation.average import AllocateMessageQueueAveragely
 from rmqk.plugins.allocation.catalog import BUILTIN_FACTORIES
 from rmqk.plugins.allocation.circle import AllocateMessageQueueAveragelyByCircle
@@ -32,6 +31,7 @@ from rmqk.plugins.allocation.machine_room_nearby import (
     MachineRoomResolver,
     PatternMachineRoomResolver,
 )
+from rmqk.spi.hookspecs import Register, hookimpl
 
 __all__ = [
     "BUILTIN_FACTORIES",

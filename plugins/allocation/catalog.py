@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from rmqk.contracts import AllocationStrategy
-from rmqk.optionspec import declared_options
 from rmqk.plugins.allocation import (
     average,
     circle,
@@ -16,6 +14,8 @@ from rmqk.plugins.allocation import (
     machine_room_nearby,
 )
 from rmqk.plugins.allocation.options import STRATEGY_OPTIONS
+from rmqk.spi.contracts import AllocationStrategy
+from rmqk.spi.options import declared_options
 
 __all__ = ["BUILTIN_FACTORIES"]
 

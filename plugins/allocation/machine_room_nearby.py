@@ -53,9 +53,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from rmqk.contracts import AllocationStrategy
-from rmqk.errors import ConfigError, ConfigProblem, PluginError
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError, ConfigProblem, PluginError
 from rmqk.plugins.allocation.options import (
     DEFAULT_BROKER_ROOM_PATTERN,
     DEFAULT_CONSUMER_ROOM_PATTERN,
@@ -68,6 +67,7 @@ from rmqk.plugins.allocation.options import (
     require_str,
 )
 from rmqk.plugins.allocation.share import JavaStrategy, Share
+from rmqk.spi.contracts import AllocationStrategy
 
 __all__ = [
     "DEFAULT_BROKER_ROOM_PATTERN",

@@ -4,7 +4,7 @@ Factories are called as ``factory(**options)`` with what a consumer's TOML
 ``allocate_options`` table holds. Each resolves them with
 :func:`parse_strategy_options` against its class here, declared with
 :func:`rmqk.options.option` so the config reference is generated from the same
-place. Every mistake is a :class:`rmqk.errors.ConfigError` naming the strategy,
+place. Every mistake is a :class:`rmqk.model.errors.ConfigError` naming the strategy,
 the option and what is allowed; the placeholder path ``<options>`` is replaced
 by whoever knows the file.
 """
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from rmqk.errors import ConfigError
+from rmqk.model.errors import ConfigError
 from rmqk.options import (
     OptionInvalid,
     OptionSpec,

@@ -31,10 +31,10 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rmqk.errors import RmqkError
-from rmqk.hookspecs import Register, hookimpl
 from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
-from rmqk.protocol import ResponseCode
+from rmqk.model.errors import RmqkError
+from rmqk.spi.hookspecs import Register, hookimpl
+from rmqk.wire.protocol import ResponseCode
 
 if TYPE_CHECKING:
     from rmqk.plugins.broker.acl import AccessValidator, AclConfig

@@ -62,9 +62,9 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
-from rmqk.protocol import RemotingCommand, RequestCode
+from rmqk.model.errors import ConfigError, ConfigProblem
+from rmqk.wire.protocol import RemotingCommand, RequestCode
 
 __all__ = [
     "DENY",
@@ -549,7 +549,7 @@ def _heartbeat_subscriptions(body: bytes) -> list[tuple[str, list[str]]]:
 
 
 def _signature_ok(request: RemotingCommand, secret_key: str) -> bool:
-    from rmqk.plugins.remoting.acl import calculate_signature, signature_content
+    from rmqk.wire.signature import calculate_signature, signature_content
 
     given = request.ext_fields.get("Signature")
     if given is None:

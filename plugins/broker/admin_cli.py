@@ -18,13 +18,13 @@ from typing import Any
 
 import attrs
 
-from rmqk.cli import Command
-from rmqk.errors import BrokerError, RemotingError, RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import PERM_READ, PERM_WRITE
-from rmqk.namespace import check_namespace, namespace_of, wrap
+from rmqk.model.errors import BrokerError, RemotingError, RmqkError
+from rmqk.model.message import MessageExt
+from rmqk.model.namespace import check_namespace, namespace_of, wrap
 from rmqk.plugins.broker.admin_client import LONG_MAX, AdminClient, MessageIdKind, TopicInfo
 from rmqk.plugins.broker.dlq import add_dlq_arguments
+from rmqk.spi.commands import Command
 
 __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
 

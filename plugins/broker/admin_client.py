@@ -14,15 +14,15 @@ from typing import Any
 
 import attrs
 
-from rmqk.client_options import CLIENT_OPTIONS, ClientOptions, resolve_client_options
-from rmqk.errors import BrokerError, ConfigError, RemotingError, RmqkError
-from rmqk.message import MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
-from rmqk.optionspec import Where
+from rmqk.model.errors import BrokerError, ConfigError, RemotingError, RmqkError
+from rmqk.model.message import MessageExt, MessageProperty, decode_offset_msg_id
+from rmqk.options.client import CLIENT_OPTIONS, ClientOptions, resolve_client_options
 from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.remoting import acl
-from rmqk.plugins.remoting.tls import client_ssl_context, server_hostname
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.spi.options import Where
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.tls import client_ssl_context, server_hostname
 
 __all__ = [
     "ADMIN_CLIENT_OPTIONS",
@@ -470,7 +470,7 @@ class AdminClient:
         return {addr for broker in await self.brokers() for addr in broker.addrs.values()}
 
     async def view_message(self, msg_id: str, broker_addr: str | None = None) -> MessageExt:
-        from rmqk.plugins.remoting.message_codec import decode_message
+        from rmqk.wire.message_codec import decode_message
 
         text = msg_id.strip()
         kind = message_id_kind(text)
@@ -595,7 +595,7 @@ class AdminClient:
     async def _query_broker(
         self, addr: str, fields: Mapping[str, object]
     ) -> tuple[int, list[MessageExt]]:
-        from rmqk.plugins.remoting.message_codec import decode_messages
+        from rmqk.wire.message_codec import decode_messages
 
         response = await self.invoke(
             addr, RequestCode.QUERY_MESSAGE, fields, timeout=self.timeout * 3

@@ -15,13 +15,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-from rmqk.cli import Command
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 from rmqk.plugins.broker.config_file import (
     BROKER_CONF_KEYS,
     BrokerFileConfig,
     read_broker_config,
 )
+from rmqk.spi.commands import Command
 
 __all__ = ["BROKER_COMMAND"]
 

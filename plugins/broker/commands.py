@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rmqk.protocol import (
+from rmqk.wire.protocol import (
     RPC_TYPE_RESPONSE,
     LanguageCode,
     RemotingCommand,

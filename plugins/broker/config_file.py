@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 
 __all__ = ["BROKER_CONF_KEYS", "BrokerFileConfig", "read_broker_config"]
 

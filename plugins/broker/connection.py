@@ -18,9 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, cast
 
-from rmqk.errors import FrameError, RemotingConnectError, RemotingTimeoutError
+from rmqk.model.errors import FrameError, RemotingConnectError, RemotingTimeoutError
 from rmqk.plugins.broker.commands import HeaderError, make_response
-from rmqk.protocol import RPC_ONEWAY, RPC_TYPE_RESPONSE, RemotingCommand, ResponseCode
+from rmqk.wire.protocol import RPC_ONEWAY, RPC_TYPE_RESPONSE, RemotingCommand, ResponseCode
 
 __all__ = ["SERIALIZE_JSON", "Connection", "RequestHandler", "connect"]
 
@@ -43,7 +43,7 @@ def _codec() -> Any:
     # module import time would make the broker plugin's registration depend on it.
     global _frame_module
     if _frame_module is None:
-        from rmqk.plugins.remoting import frame
+        from rmqk.wire import frame
 
         _frame_module = frame
     return _frame_module

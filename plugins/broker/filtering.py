@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from rmqk.message import parse_properties
 from rmqk.model import ExpressionType, SubscriptionData
+from rmqk.model.message import parse_properties
 from rmqk.plugins.broker.sql92 import Selector, Sql92Error, compile_selector
-from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V2, prefix_size
-from rmqk.protocol import ResponseCode
+from rmqk.wire.message_codec import MAGIC_CODE_V2, prefix_size
+from rmqk.wire.protocol import ResponseCode
 
 __all__ = [
     "ConsumerFilters",

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.plugins.remoting.javajson import java_double, java_string
+from rmqk.wire.javajson import java_double, java_string
 
 __all__ = ["JsonWireError", "ObjectKeyMap", "dumps", "loads"]
 

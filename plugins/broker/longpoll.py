@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.protocol import RemotingCommand
+from rmqk.wire.protocol import RemotingCommand
 
 __all__ = ["HeldPull", "PullHoldService"]
 

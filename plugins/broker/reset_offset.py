@@ -23,10 +23,10 @@ from collections.abc import Mapping
 
 import attrs
 
-from rmqk.errors import BrokerError, RmqkError
+from rmqk.model.errors import BrokerError, RmqkError
 from rmqk.plugins.broker.admin_client import AdminClient, BrokerInfo
-from rmqk.plugins.remoting.bodies import decode_reset_offset
-from rmqk.protocol import RequestCode, ResponseCode
+from rmqk.wire.bodies import decode_reset_offset
+from rmqk.wire.protocol import RequestCode, ResponseCode
 
 __all__ = ["OffsetReset", "parse_timestamp", "reset_offset"]
 

@@ -6,7 +6,7 @@ import ssl
 
 import attrs
 
-from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.model.errors import ConfigError, ConfigProblem
 
 __all__ = ["CLIENT_AUTH", "TLS_HANDSHAKE", "TLS_MODES", "ServerTlsConfig"]
 

@@ -20,7 +20,7 @@ import time
 
 import attrs
 
-from rmqk.message import MessageExt, MessageProperty
+from rmqk.model.message import MessageExt, MessageProperty
 from rmqk.plugins.broker.clients import ClientManager
 from rmqk.plugins.broker.commands import make_request
 from rmqk.plugins.broker.transactions import (
@@ -30,8 +30,8 @@ from rmqk.plugins.broker.transactions import (
     PulledMessages,
     TransactionalMessageBridge,
 )
-from rmqk.plugins.remoting.message_codec import encode_stored_message, java_properties_string
-from rmqk.protocol import RequestCode
+from rmqk.wire.message_codec import encode_stored_message, java_properties_string
+from rmqk.wire.protocol import RequestCode
 
 __all__ = ["TransactionCheckService", "TransactionSettings"]
 

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmqk.errors import FrameError
-from rmqk.message import MessageExt, MessageProperty
 from rmqk.model import PERM_READ, PERM_WRITE
+from rmqk.model.errors import FrameError
+from rmqk.model.message import MessageExt, MessageProperty
+from rmqk.model.uniq_id import create_uniq_id
 from rmqk.plugins.broker.store.results import GetMessageStatus, PutResult
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.wire.message_codec import (
     MessageSysFlag,
     decode_message,
     decode_messages,
     java_properties_string,
 )
-from rmqk.uniq_id import create_uniq_id
 
 if TYPE_CHECKING:
     from rmqk.plugins.broker.processors.context import BrokerContext

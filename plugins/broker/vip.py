@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 from rmqk.plugins.broker.commands import make_response
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["Listeners", "listen", "refusing_pulls"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rmqk.hookspecs import Register, hookimpl
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
 from rmqk.plugins.consume.orderly import OrderlyConsumeService
+from rmqk.spi.hookspecs import Register, hookimpl
 
 
 @hookimpl

@@ -18,10 +18,10 @@ import contextlib
 from collections import deque
 from typing import Generic, TypeVar
 
-from rmqk.consume_host import QueueView
 from rmqk.engine.listener import ConsumeConcurrentlyContext
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
+from rmqk.spi.consume import QueueView
 
 __all__ = ["Backlog", "Chunk"]
 

@@ -18,19 +18,19 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from rmqk.consume_host import ConsumeHost, QueueView
-from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
-from rmqk.errors import SinkHalted
-from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
+from rmqk.model.errors import SinkHalted
+from rmqk.model.message import MessageExt
 from rmqk.options import OptionSpec
 from rmqk.plugins.consume.backlog import Backlog, Chunk
 from rmqk.plugins.consume.direct import consume_concurrently_directly
 from rmqk.plugins.consume.expired import clean_expired_loop, clean_expired_messages
 from rmqk.plugins.consume.status import concurrent_status, describe_outcome
 from rmqk.plugins.consume.tasks import cancel_all, spawn
-from rmqk.transport import ConsumeMessageDirectlyResult
+from rmqk.spi.consume import ConsumeHost, QueueView
+from rmqk.spi.contexts import ConsumeMessageContext
+from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["ConcurrentConsumeService"]
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 
-from rmqk.consume_host import ConsumeHost
+from rmqk.spi.consume import ConsumeHost
 
 __all__ = ["EXPIRED_SCAN_LIMIT", "clean_expired_loop", "clean_expired_messages"]
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rmqk.model import ConsumeStatus
 
 if TYPE_CHECKING:
-    from rmqk.consume_host import ConsumeHost
-    from rmqk.contexts import ConsumeMessageContext
     from rmqk.engine.listener import ListenerOutcome
+    from rmqk.spi.consume import ConsumeHost
+    from rmqk.spi.contexts import ConsumeMessageContext
 
 __all__ = ["concurrent_status", "describe_outcome", "normalize_status", "read_status"]
 

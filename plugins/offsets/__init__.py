@@ -11,23 +11,23 @@ model picks one:
   file written atomically and a ``.bak`` fallback. Options: ``dir``,
   ``persist_mode``.
 
-Both follow :class:`rmqk.contracts.OffsetStore`: an in-memory table updated as
+Both follow :class:`rmqk.spi.contracts.OffsetStore`: an in-memory table updated as
 messages are acknowledged (increase-only where Java's is), ``read_offset``
 returning ``>= 0``, ``-1`` (nothing stored) or ``-2`` (the store could not be
 asked), and persistence that logs its failures instead of raising them.
-``remote-broker`` is also a :class:`rmqk.contracts.BrokerOffsetStore`: it can
+``remote-broker`` is also a :class:`rmqk.spi.contracts.BrokerOffsetStore`: it can
 commit one offset now and report the outcome (the lite pull consumer's
 ``commit_sync``).
 """
 
 from __future__ import annotations
 
-from rmqk.hookspecs import Register, hookimpl
-from rmqk.optionspec import declared_options
 from rmqk.plugins.offsets.local_file import LocalFileOffsetStore, create_local_file_store
 from rmqk.plugins.offsets.options import STORE_OPTIONS
 from rmqk.plugins.offsets.remote_broker import RemoteBrokerOffsetStore, create_remote_broker_store
 from rmqk.plugins.offsets.table import OffsetTable
+from rmqk.spi.hookspecs import Register, hookimpl
+from rmqk.spi.options import declared_options
 
 __all__ = [
     "LocalFileOffsetStore",

@@ -54,11 +54,11 @@ from typing import Any
 
 import attrs
 
-from rmqk.contracts import OffsetStoreContext
-from rmqk.errors import ClientError
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ClientError
 from rmqk.plugins.offsets.options import PERSIST_MODES, LocalFileOptions, parse_store_options
 from rmqk.plugins.offsets.table import OffsetTable, TableBackedStore
+from rmqk.spi.contracts import OffsetStoreContext
 
 __all__ = [
     "DIR_ENV",

@@ -1,7 +1,7 @@
 """The options each built-in offset store takes (a consumer's ``offset_store_options``).
 
 Declared with :func:`rmqk.options.option`, so the config reference is generated
-from here. Every mistake becomes one :class:`rmqk.errors.ConfigError` naming the
+from here. Every mistake becomes one :class:`rmqk.model.errors.ConfigError` naming the
 store, the option and what is allowed; the placeholder path ``<options>`` is
 replaced by whoever knows the file.
 """
@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from rmqk.errors import ConfigError
+from rmqk.model.errors import ConfigError
 from rmqk.options import OptionInvalid, OptionType, Where, load_options, option
 
 __all__ = [

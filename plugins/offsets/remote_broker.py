@@ -21,15 +21,15 @@ import asyncio
 import logging
 from collections.abc import Collection
 
-from rmqk.contracts import BrokerClient, OffsetStoreContext
-from rmqk.errors import BrokerError, ClientError
 from rmqk.model import MessageQueue
+from rmqk.model.errors import BrokerError, ClientError
 from rmqk.plugins.offsets.options import (
     DEFAULT_TIMEOUT_MS,
     RemoteBrokerOptions,
     parse_store_options,
 )
 from rmqk.plugins.offsets.table import OffsetTable, TableBackedStore
+from rmqk.spi.contracts import BrokerClient, OffsetStoreContext
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "NAME", "RemoteBrokerOffsetStore", "create_remote_broker_store"]
 
@@ -39,9 +39,9 @@ NAME = "remote-broker"
 
 
 class RemoteBrokerOffsetStore(TableBackedStore):
-    """A :class:`rmqk.contracts.BrokerOffsetStore` backed by the brokers.
+    """A :class:`rmqk.spi.contracts.BrokerOffsetStore` backed by the brokers.
 
-    ``client`` is a :class:`rmqk.contracts.BrokerClient`: its
+    ``client`` is a :class:`rmqk.spi.contracts.BrokerClient`: its
     ``find_broker_addr_for_offsets`` finds the master, refreshing the topic's
     route when the master is missing (Java's ``findBrokerAddressInSubscribe``
     with ``MASTER_ID``, ``updateTopicRouteInfoFromNameServer``, then any broker of

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
-from rmqk.contracts import ReadOffsetType
 from rmqk.model import MessageQueue
+from rmqk.spi.contracts import ReadOffsetType
 
 __all__ = ["OffsetTable", "TableBackedStore"]
 

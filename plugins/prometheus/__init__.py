@@ -26,11 +26,11 @@ import threading
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
-from rmqk.contexts import ConsumeMessageContext, ConsumerView
-from rmqk.errors import ConfigError, ConfigProblem
-from rmqk.hookspecs import hookimpl
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.plugins.prometheus.settings import TABLE, PrometheusSettings
+from rmqk.spi.contexts import ConsumeMessageContext, ConsumerView
+from rmqk.spi.hookspecs import hookimpl
 
 __all__ = [
     "MetricsPlugin",
@@ -79,7 +79,7 @@ class MetricsPlugin:
                 return self.address
             from prometheus_client import start_http_server
 
-            from rmqk.workers import current_worker
+            from rmqk.app.workers import current_worker
 
             worker = current_worker()
             port = self.settings.port

@@ -45,9 +45,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from rmqk.contexts import ConsumeMessageContext, ConsumerView
+from rmqk.app.progress import ConsumerProgress, fetch_max_offsets, snapshot
 from rmqk.model import MessageModel, ServiceState
-from rmqk.progress import ConsumerProgress, fetch_max_offsets, snapshot
+from rmqk.spi.contexts import ConsumeMessageContext, ConsumerView
 
 __all__ = ["ConsumerCollector", "RmqkMetrics"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.options import describe_value, unknown_key_message
 
 __all__ = ["TABLE", "PrometheusSettings"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmqk.errors import ConfigError
-from rmqk.hookspecs import Register, hookimpl
-from rmqk.optionspec import Where, plugin_option_problems
+from rmqk.model.errors import ConfigError
 from rmqk.plugins.remoting.options import TCP_OPTION_SPECS
-from rmqk.transport import TransportConfig
+from rmqk.spi.hookspecs import Register, hookimpl
+from rmqk.spi.options import Where, plugin_option_problems
+from rmqk.spi.transport import TransportConfig
 
 if TYPE_CHECKING:
     from rmqk.plugins.remoting.client import TcpTransport

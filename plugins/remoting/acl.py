@@ -17,7 +17,7 @@ Credentials, first found wins:
    ``RMQK_SECURITY_TOKEN``).
 
 These are the process defaults. A client given its own credentials (the client
-options ``access_key`` and ``secret_key``, :class:`rmqk.client_options.ClientOptions`)
+options ``access_key`` and ``secret_key``, :class:`rmqk.options.client.ClientOptions`)
 is signed with those instead: its transport signs each request after this hook
 (:func:`sign`), so two clients of one process can use two accounts.
 
@@ -36,19 +36,24 @@ call altogether (:func:`rmqk.hookcalls.idle_when`).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.hookcalls import idle_when
-from rmqk.hookspecs import hookimpl
-from rmqk.protocol import RemotingCommand
-from rmqk.transport import Credentials
+from rmqk.model.errors import ConfigError, ConfigProblem
+from rmqk.spi.hookspecs import hookimpl
+from rmqk.spi.transport import Credentials
+from rmqk.wire.protocol import RemotingCommand
+from rmqk.wire.signature import (
+    ACCESS_KEY,
+    SECURITY_TOKEN,
+    SIGNATURE,
+    calculate_signature,
+    sign,
+    signature_content,
+)
 
 __all__ = [
     "ACCESS_KEY",
@@ -66,10 +71,6 @@ __all__ = [
     "signature_content",
     "signing_credentials",
 ]
-
-ACCESS_KEY = "AccessKey"
-SIGNATURE = "Signature"
-SECURITY_TOKEN = "SecurityToken"
 
 ENV_ACCESS_KEY = "RMQK_ACCESS_KEY"
 ENV_SECRET_KEY = "RMQK_SECRET_KEY"
@@ -121,40 +122,6 @@ def signing_credentials() -> Credentials | None:
 
 def _idle() -> bool:
     return _signing is None
-
-
-def _java_string_order(key: str) -> bytes:
-    # Java's TreeMap orders String keys by UTF-16 code units.
-    return key.encode("utf-16-be", "surrogatepass")
-
-
-def signature_content(fields: Mapping[str, str], body: bytes | None) -> bytes:
-    """What is signed (AclUtils.combineRequestContent): sorted field values, then the body."""
-    text = "".join(
-        fields[key] for key in sorted(fields, key=_java_string_order) if key != SIGNATURE
-    )
-    return text.encode("utf-8") + (body or b"")
-
-
-def calculate_signature(content: bytes, secret_key: str) -> str:
-    """base64(HmacSHA1(secret_key, content)) (AclSigner)."""
-    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
-    return base64.b64encode(digest).decode("ascii")
-
-
-def sign(request: RemotingCommand, credentials: Credentials) -> None:
-    """Add AccessKey, SecurityToken (if any) and Signature to ``request``.
-
-    Signing again with other credentials replaces the first signature whole: a
-    security token of the first is not left behind to be signed with the second.
-    """
-    request.ext_fields[ACCESS_KEY] = credentials.access_key
-    if credentials.security_token is not None:
-        request.ext_fields[SECURITY_TOKEN] = credentials.security_token
-    else:
-        request.ext_fields.pop(SECURITY_TOKEN, None)
-    content = signature_content(request.ext_fields, request.body)
-    request.ext_fields[SIGNATURE] = calculate_signature(content, credentials.secret_key)
 
 
 def _credentials_from_table(table: Any) -> Credentials:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import ssl
 
-from rmqk.errors import RemotingConnectError
+from rmqk.model.errors import RemotingConnectError
 
 __all__ = ["connect_failure_reason", "split_address"]
 

@@ -5,12 +5,12 @@ What Java's ``MQAdminImpl`` asks a broker, answered in kernel value types.
 
 from __future__ import annotations
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
-from rmqk.plugins.remoting.message_codec import decode_messages
+from rmqk.model.message import MessageExt
 from rmqk.plugins.remoting.replies import check_success, header_int, protocol_error
 from rmqk.plugins.remoting.rpc import RemotingClient
-from rmqk.protocol import RemotingCommand, RequestCode
+from rmqk.wire.message_codec import decode_messages
+from rmqk.wire.protocol import RemotingCommand, RequestCode
 
 __all__ = ["AdminCalls"]
 

@@ -1,6 +1,6 @@
 """The ``tcp`` transport: MQClientAPIImpl over RocketMQ 4.9 remoting frames.
 
-:class:`TcpTransport` implements :class:`rmqk.transport.Transport` by composing
+:class:`TcpTransport` implements :class:`rmqk.spi.transport.Transport` by composing
 the calls of each role over one :class:`~rmqk.plugins.remoting.rpc.RemotingClient`:
 
 * ``rpc``: connections, RPC hooks, raw calls, broker-pushed requests (``inbound``);
@@ -12,7 +12,7 @@ the calls of each role over one :class:`~rmqk.plugins.remoting.rpc.RemotingClien
 Each API method builds the request header Java's client sends (the same
 ``extFields`` names), sends it through the
 :class:`~rmqk.plugins.remoting.connection.ConnectionPool`, and turns the response
-into kernel value types, raising :class:`~rmqk.errors.BrokerError` for an error
+into kernel value types, raising :class:`~rmqk.model.errors.BrokerError` for an error
 code as ``MQClientAPIImpl`` throws ``MQBrokerException``.
 """
 

@@ -9,14 +9,14 @@ must not block either.
 
 What fails a request, exactly once each:
 
-* its deadline passes: :class:`~rmqk.errors.RemotingTimeoutError` (a sync
+* its deadline passes: :class:`~rmqk.model.errors.RemotingTimeoutError` (a sync
   caller's own timer, or the sweep that runs every second, whichever is first).
   A sync timeout also closes the connection unless ``close_socket_if_timeout``
   is off, as Java 4.9.8's ``clientCloseSocketIfTimeout`` (default true) does;
 * its connection closes or is dropped, or the peer sends a malformed frame:
-  :class:`~rmqk.errors.RemotingConnectError` at once, for every request on that
+  :class:`~rmqk.model.errors.RemotingConnectError` at once, for every request on that
   connection and no other;
-* it cannot be encoded (too big, say): :class:`~rmqk.errors.RemotingSendError`;
+* it cannot be encoded (too big, say): :class:`~rmqk.model.errors.RemotingSendError`;
   nothing was written, so the connection stays open.
 """
 
@@ -29,7 +29,7 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-from rmqk.errors import (
+from rmqk.model.errors import (
     FrameError,
     RemotingConnectError,
     RemotingSendError,
@@ -37,8 +37,8 @@ from rmqk.errors import (
 )
 from rmqk.plugins.remoting.addresses import connect_failure_reason as _reason  # tests import it
 from rmqk.plugins.remoting.addresses import split_address
-from rmqk.plugins.remoting.frame import MAX_FRAME_SIZE, FrameDecoder, SerializeType, encode_frame
-from rmqk.protocol import RPC_TYPE_RESPONSE, RemotingCommand
+from rmqk.wire.frame import MAX_FRAME_SIZE, FrameDecoder, SerializeType, encode_frame
+from rmqk.wire.protocol import RPC_TYPE_RESPONSE, RemotingCommand
 
 __all__ = ["Connection", "ConnectionPool", "RequestListener"]
 

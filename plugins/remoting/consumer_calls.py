@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rmqk.errors import BrokerError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue, PullResult, PullStatus, SkippedRecord, SubscriptionData
-from rmqk.plugins.remoting import bodies
-from rmqk.plugins.remoting.message_codec import decode_messages
+from rmqk.model.errors import BrokerError
+from rmqk.model.message import MessageExt
 from rmqk.plugins.remoting.pull_body import decode_plain, decode_pull_body
 from rmqk.plugins.remoting.replies import check_success, header_int
 from rmqk.plugins.remoting.rpc import RemotingClient
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import HeartbeatData, PullMessageRequest
+from rmqk.spi.transport import HeartbeatData, PullMessageRequest
+from rmqk.wire import bodies
+from rmqk.wire.message_codec import decode_messages
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["ConsumerCalls", "pull_command"]
 

@@ -1,11 +1,11 @@
 """Requests brokers send the client, answered as Java's ``ClientRemotingProcessor`` does.
 
 Each request code maps to a function that reads the request, calls the engine's
-:class:`~rmqk.transport.InboundHandler` and builds the answer. The RPC hooks run
+:class:`~rmqk.spi.transport.InboundHandler` and builds the answer. The RPC hooks run
 around it: ``rmqk_before_request`` before the request is handled,
 ``rmqk_after_response`` after (with the answer, or None).
 
-Handler conventions beyond :class:`~rmqk.transport.InboundHandler`:
+Handler conventions beyond :class:`~rmqk.spi.transport.InboundHandler`:
 ``get_consumer_running_info`` and ``consume_message_directly`` may raise
 ``LookupError`` (or return None) for a group this client does not have; the
 broker then gets Java's SYSTEM_ERROR "The Consumer Group <g> not exist in this
@@ -21,19 +21,19 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from rmqk.message import MessageExt, MessageProperty, parse_properties
-from rmqk.plugins.remoting import bodies
-from rmqk.plugins.remoting.compression import inflate
+from rmqk.model.message import MessageExt, MessageProperty, parse_properties
 from rmqk.plugins.remoting.connection import Connection
-from rmqk.plugins.remoting.frame import SerializeType
-from rmqk.plugins.remoting.message_codec import decode_messages
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import (
+from rmqk.spi.transport import (
     DEFAULT_MAX_DECOMPRESSED_BODY_SIZE,
     CheckTransactionStateRequest,
     ConsumerRunningInfo,
     InboundHandler,
 )
+from rmqk.wire import bodies
+from rmqk.wire.compression import inflate
+from rmqk.wire.frame import SerializeType
+from rmqk.wire.message_codec import decode_messages
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["RequestHooks", "exception_simple_desc", "serve"]
 

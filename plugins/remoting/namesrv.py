@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rmqk.model import PERM_READ, PERM_WRITE, BrokerData, QueueData, TopicRouteData
-from rmqk.plugins.remoting.bodies import BodyFormatError, dumps, loads
+from rmqk.wire.bodies import BodyFormatError, dumps, loads
 
 __all__ = ["decode_topic_route", "encode_topic_route"]
 
@@ -63,7 +63,7 @@ def decode_topic_route(body: bytes | bytearray | memoryview | str) -> TopicRoute
 
     Unknown fields (``filterServerTable``, 5.x's ``topicQueueMappingByBroker``, ...)
     are ignored; a field of the wrong type raises
-    :class:`~rmqk.plugins.remoting.bodies.BodyFormatError` naming it.
+    :class:`~rmqk.wire.bodies.BodyFormatError` naming it.
     """
     root = _obj(loads(body), "the body")
     queues = []

@@ -15,13 +15,13 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rmqk.errors import BrokerError, RemotingConnectError, RemotingError
 from rmqk.model import TopicRouteData
+from rmqk.model.errors import BrokerError, RemotingConnectError, RemotingError
 from rmqk.plugins.remoting.namesrv import decode_topic_route
 from rmqk.plugins.remoting.route_bounds import MAX_ROUTE_QUEUES, BoundedRoute, bound_route
 from rmqk.plugins.remoting.rpc import RemotingClient
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import TransportConfig
+from rmqk.spi.transport import TransportConfig
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["NameServerCalls"]
 

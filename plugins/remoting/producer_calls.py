@@ -10,20 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rmqk.errors import BrokerError
-from rmqk.message import (
+from rmqk.model import MessageQueue, SendResult, SendStatus
+from rmqk.model.errors import BrokerError
+from rmqk.model.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     Message,
     MessageProperty,
     parse_properties,
 )
-from rmqk.model import MessageQueue, SendResult, SendStatus
-from rmqk.plugins.remoting.message_codec import decode_batch, encode_batch
 from rmqk.plugins.remoting.replies import header_int
 from rmqk.plugins.remoting.rpc import RemotingClient
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import SendMessageRequest
+from rmqk.spi.transport import SendMessageRequest
+from rmqk.wire.message_codec import decode_batch, encode_batch
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["DEFAULT_REGION_ID", "ProducerCalls"]
 

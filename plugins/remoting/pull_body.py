@@ -25,9 +25,9 @@ import struct
 
 import attrs
 
-from rmqk.message import MessageExt
 from rmqk.model import SkippedRecord
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.model.message import MessageExt
+from rmqk.wire.message_codec import (
     QUEUE_ID_OFFSET,
     QUEUE_OFFSET_OFFSET,
     RecordError,

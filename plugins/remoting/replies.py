@@ -1,15 +1,15 @@
 """Reading broker responses: the checks every call of the ``tcp`` transport shares.
 
-An error code becomes :class:`~rmqk.errors.BrokerError` (as ``MQClientAPIImpl``
+An error code becomes :class:`~rmqk.model.errors.BrokerError` (as ``MQClientAPIImpl``
 throws ``MQBrokerException``); a header field that is missing or not a number is a
-protocol fault, reported as :class:`~rmqk.plugins.remoting.bodies.BodyFormatError`.
+protocol fault, reported as :class:`~rmqk.wire.bodies.BodyFormatError`.
 """
 
 from __future__ import annotations
 
-from rmqk.errors import BrokerError
-from rmqk.plugins.remoting.bodies import BodyFormatError
-from rmqk.protocol import RemotingCommand, ResponseCode
+from rmqk.model.errors import BrokerError
+from rmqk.wire.bodies import BodyFormatError
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["check_success", "header_int", "protocol_error"]
 

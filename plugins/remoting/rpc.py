@@ -14,16 +14,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rmqk.errors import ConfigError, RemotingConnectError
 from rmqk.hookcalls import all_idle
+from rmqk.model.errors import ConfigError, RemotingConnectError
 from rmqk.plugins.remoting import acl
 from rmqk.plugins.remoting.connection import Connection, ConnectionPool
-from rmqk.plugins.remoting.frame import SerializeType
 from rmqk.plugins.remoting.inbound import serve
 from rmqk.plugins.remoting.options import CLOSE_SOCKET_IF_TIMEOUT, VIP_CHANNEL_ENABLED
-from rmqk.plugins.remoting.tls import client_ssl_context, server_hostname
-from rmqk.protocol import RemotingCommand
-from rmqk.transport import InboundHandler, TransportConfig
+from rmqk.spi.transport import InboundHandler, TransportConfig
+from rmqk.wire.frame import SerializeType
+from rmqk.wire.protocol import RemotingCommand
+from rmqk.wire.tls import client_ssl_context, server_hostname
 
 __all__ = ["CLOSE_SOCKET_IF_TIMEOUT", "VIP_CHANNEL_ENABLED", "RemotingClient", "vip_address"]
 

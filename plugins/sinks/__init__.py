@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from rmqk.hookspecs import Register, hookimpl
 from rmqk.plugins.sinks.jsonl import JsonlSink
 from rmqk.plugins.sinks.python import PythonSink
 from rmqk.plugins.sinks.sqlite import SqliteSink
+from rmqk.spi.hookspecs import Register, hookimpl
 
 
 @hookimpl

@@ -11,7 +11,7 @@ Every sink that parses bodies (``body_format = "json"``: the ``jsonl`` and
   consumer's statistics: the ``rmqk_bad_bodies_total`` metric and the line
   ``rmqk run`` stops with) and logged (a WARNING, the first of each flush);
 * with ``on_bad_body = "fail"`` such a body halts the sink instead:
-  :class:`BadBodyError` (a :class:`~rmqk.errors.SinkHalted`) fails the flush
+  :class:`BadBodyError` (a :class:`~rmqk.model.errors.SinkHalted`) fails the flush
   before anything of it is written, and the consumer stops without committing
   the offset.
 """
@@ -22,9 +22,9 @@ import json
 import threading
 from collections.abc import Callable, Collection
 
-from rmqk.errors import SinkHalted
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.errors import SinkHalted
+from rmqk.model.message import MessageExt
 from rmqk.options import OptionInvalid
 
 __all__ = [

@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 
 __all__ = ["Part", "PartBuilder", "Pending"]
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import attrs
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 from rmqk.plugins.sinks.offsetranges import OffsetRange
 
 __all__ = [

@@ -33,7 +33,7 @@ consumed batches, from many queues) durably. The base does the rest:
   committed. The base notices it (a batch's queue max offset, stamped at the
   pull, not above the highest offset committed for the queue) and follows the
   consumer's ``on_offsets_reset`` (:meth:`~GroupCommitSink.watch_offsets`):
-  ``fail`` fails the flush with :class:`~rmqk.offsets_reset.OffsetsWentBackwardsError`,
+  ``fail`` fails the flush with :class:`~rmqk.model.offsets_reset.OffsetsWentBackwardsError`,
   ``resume`` commits a reset mark for the queue
   (:meth:`~rmqk.plugins.sinks.offsetranges.OffsetRange.reset_of`) with the rows.
   A consumer that starts a queue afresh itself first awaits
@@ -42,7 +42,7 @@ consumed batches, from many queues) durably. The base does the rest:
 A composed consumer (``rmqk run``) delivers with ``submit``, so no consume
 worker waits on a flush, and widens its flow control to ``window_rows``: two
 flushes' worth, one being written while the next fills (see
-:class:`rmqk.contracts.BufferedSink`).
+:class:`rmqk.spi.contracts.BufferedSink`).
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ from typing import Any, ClassVar
 
 import attrs
 
-from rmqk.errors import SinkHalted
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
-from rmqk.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
+from rmqk.model.errors import SinkHalted
+from rmqk.model.message import MessageExt
+from rmqk.model.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
 from rmqk.plugins.sinks.buildahead import Part, PartBuilder, Pending
 from rmqk.plugins.sinks.offsetranges import OffsetIndex, OffsetRange, ranges_of
 from rmqk.plugins.sinks.uncommitted import keep_uncommitted, spans_of

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import ConfigError
+from rmqk.model.errors import ConfigError
 from rmqk.options import OptionType, Where, option, parse_options
 from rmqk.plugins.sinks.badbody import (
     BAD_BODY_ACTIONS,

@@ -12,10 +12,10 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
-from rmqk.optionspec import OptionSpec, declared_options
+from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.python_options import PythonSinkOptions, parse_python_sink_options
+from rmqk.spi.options import OptionSpec, declared_options
 
 __all__ = ["PythonSink", "resolve_callable"]
 

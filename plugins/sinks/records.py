@@ -6,8 +6,8 @@ import base64
 import json
 from typing import Any
 
-from rmqk.message import MessageExt, MessageProperty
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt, MessageProperty
 
 __all__ = ["BODY_FORMATS", "EXCLUDED_PROPERTIES", "RECORD_KEYS", "is_bad", "message_record"]
 

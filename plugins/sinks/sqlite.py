@@ -17,10 +17,10 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from rmqk.optionspec import OptionSpec, declared_options
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.offsetranges import OffsetRange
 from rmqk.plugins.sinks.sqlite_options import SqliteOptions, parse_sqlite_options
+from rmqk.spi.options import OptionSpec, declared_options
 
 __all__ = ["SqliteSink"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.offsetranges import OffsetIndex
 
 __all__ = ["Span", "keep_uncommitted", "spans_of"]

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rmqk.hookspecs import Register, hookimpl
 from rmqk.plugins.spark.sink import SparkSink
+from rmqk.spi.hookspecs import Register, hookimpl
 
 __all__ = ["SparkSink", "get_session", "register", "rmqk_register_commands", "rmqk_register_sinks"]
 

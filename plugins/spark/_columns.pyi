@@ -1,7 +1,7 @@
 from collections.abc import Sequence
 
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
+from rmqk.model.message import MessageExt
 
 # validity bitmap (None: no nulls), null count, int32 offsets, data
 VarColumn = tuple[bytes | None, int, bytes, bytes]

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmqk.extensions import extensions_disabled
-from rmqk.message import PROPERTY_SEPARATOR, MessageExt, MessageProperty
 from rmqk.model import MessageQueue
+from rmqk.model.message import PROPERTY_SEPARATOR, MessageExt, MessageProperty
 from rmqk.plugins.sinks.records import EXCLUDED_PROPERTIES
+from rmqk.spi.extensions import extensions_disabled
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -33,11 +33,11 @@ from typing import Any
 
 import attrs
 
-from rmqk.cli import Command
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 from rmqk.plugins.spark.demo_bare import bare_consume_rate
 from rmqk.plugins.spark.demo_console import DemoConsole, jvm_output_to
 from rmqk.plugins.spark.demo_report import DemoResult, format_report, queue_offsets, read_back
+from rmqk.spi.commands import Command
 
 __all__ = [
     "DEMO_COMMAND",
@@ -188,8 +188,8 @@ async def produce_orders(
 ) -> ProduceResult:
     """Send ``count`` order events; each order's events go to one queue, in order."""
     from rmqk.engine.producer import AsyncProducer
-    from rmqk.message import Message, MessageProperty
     from rmqk.model import java_string_hash
+    from rmqk.model.message import Message, MessageProperty
 
     started = time.monotonic()
     events = order_events(count)
@@ -247,7 +247,7 @@ def _start_spark(options: Any, jvm_log: str | None = None) -> Any:
 
     With ``jvm_log``, the JVM's stdout and stderr go to that file for good.
     """
-    from rmqk.message import MessageExt
+    from rmqk.model.message import MessageExt
     from rmqk.plugins.spark.arrow_writer import ArrowFileWriter
     from rmqk.plugins.spark.columns import messages_to_arrow
     from rmqk.plugins.spark.frames import FrameWriter
@@ -295,7 +295,7 @@ def writer_rows(session: Any, batch: Any) -> Any:
 
 def load_demo_spec(config_path: str | None, namesrv_addr: str, out_dir: str) -> Any:
     """The demo's consumer spec, pointed at the embedded broker and the output directory."""
-    from rmqk.config import load_config
+    from rmqk.app.config import load_config
 
     if config_path is None:
         repo = repo_demo_toml()
@@ -342,9 +342,9 @@ async def run_demo(
     jvm_log: str | None = None,
 ) -> DemoResult:
     """The demo's run; ``jvm_log`` is where Spark's JVM writes (None: the terminal)."""
+    from rmqk.app.runtime import ComposedConsumer
     from rmqk.plugins.broker import EmbeddedBroker
     from rmqk.plugins.spark.options import parse_sink_options
-    from rmqk.runtime import ComposedConsumer
 
     if console is None:
         console = DemoConsole()

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmqk.errors import RmqkError
-from rmqk.termchart import bar, bar_chart
+from rmqk.app.termchart import bar, bar_chart
+from rmqk.model.errors import RmqkError
 
 if TYPE_CHECKING:
     from rmqk.plugins.spark.demo import ProduceResult
@@ -70,7 +70,7 @@ async def queue_offsets(
 ) -> dict[int, tuple[int, int | None]]:
     """Per queue id: the broker's max offset and the group's committed offset."""
     from rmqk.pluginmanager import get_plugin_manager, registries
-    from rmqk.transport import TransportConfig
+    from rmqk.spi.transport import TransportConfig
 
     transport = registries().transports.create(
         "tcp",

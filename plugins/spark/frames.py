@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.plugins.spark.options import SinkOptions
 
 if TYPE_CHECKING:

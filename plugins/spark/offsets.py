@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import ConfigError, ConfigProblem
+from rmqk.model.errors import ConfigError, ConfigProblem
 
 __all__ = [
     "EARLIEST",

@@ -1,6 +1,6 @@
 """The ``spark`` sink's options (a consumer's ``sink_options`` table), validated.
 
-Every mistake is reported at once in one :class:`~rmqk.errors.ConfigError`
+Every mistake is reported at once in one :class:`~rmqk.model.errors.ConfigError`
 naming the key and what is allowed. Spark settings are given either as quoted
 keys (``"spark.driver.memory" = "1g"``) or, since TOML turns an unquoted dotted
 key into nested tables, as ``spark.driver.memory = "1g"``; both end up as the
@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import ConfigError
-from rmqk.namespace import check_namespace
+from rmqk.model.errors import ConfigError
+from rmqk.model.namespace import check_namespace
 from rmqk.options import OptionInvalid, OptionType, Where, option, parse_options
 from rmqk.plugins.sinks.badbody import (
     BAD_BODY_ACTIONS,

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Iterable
 import attrs
 
 from rmqk.engine.reader import OffsetsGoneError, RangeReader, ReaderSettings
-from rmqk.errors import ClientError, RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue, SubscriptionData
+from rmqk.model.errors import ClientError, RmqkError
+from rmqk.model.message import MessageExt
 from rmqk.plugins.spark.offsets import EARLIEST, LATEST, OffsetSpec, QueueKey
 
 __all__ = ["BrokerReader", "DataLossError", "QueueInfo"]

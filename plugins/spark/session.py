@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from rmqk.errors import ClientError
+from rmqk.model.errors import ClientError
 from rmqk.plugins.spark.scratch import private_folder
 
 __all__ = ["DEFAULT_CONF", "get_session", "require_spark", "stop_session"]

@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from rmqk.errors import ConfigError, ConfigProblem
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue
-from rmqk.offsets_reset import OffsetsReset
+from rmqk.model.errors import ConfigError, ConfigProblem
+from rmqk.model.message import MessageExt
+from rmqk.model.offsets_reset import OffsetsReset
 from rmqk.plugins.sinks.badbody import BadBodyCounter, BadBodyError, why_unparsed
 from rmqk.plugins.sinks.commitlog import CommitEntry, StagingArea, data_files, now_ms
 from rmqk.plugins.sinks.groupcommit import Flush, FlushStats, FlushTriggers, GroupCommitSink
@@ -417,7 +417,7 @@ def _refuse_one_metastore_for_many_workers(options: SinkOptions) -> None:
     would fail every flush. A shared metastore (a Hive metastore service, or a Derby
     network server) is the user's own setting, and is not refused.
     """
-    from rmqk.workers import current_worker
+    from rmqk.app.workers import current_worker
 
     worker = current_worker()
     if worker is None or worker.count < 2 or not options.table:

@@ -74,16 +74,14 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from rmqk.client_options import ClientOptions
-from rmqk.consume_host import factory_option_specs
 from rmqk.engine.reader import ReaderSettings
-from rmqk.errors import ConfigError, ConfigProblem
 from rmqk.model import SubscriptionData, build_subscription
-from rmqk.names import check_expression
-from rmqk.namespace import effective_namespace, wrap
+from rmqk.model.errors import ConfigError, ConfigProblem
+from rmqk.model.names import check_expression
+from rmqk.model.namespace import effective_namespace, wrap
 from rmqk.options import Where, parse_options
-from rmqk.optionspec import plugin_option_problems
-from rmqk.plugin_choices import PluginChoice, check_plugin_names
+from rmqk.options.client import ClientOptions
+from rmqk.options.plugin_choices import PluginChoice, check_plugin_names
 from rmqk.pluginmanager import registries
 from rmqk.plugins.spark.columns import messages_to_arrow, spark_schema
 from rmqk.plugins.spark.offsets import (
@@ -96,6 +94,8 @@ from rmqk.plugins.spark.offsets import (
 )
 from rmqk.plugins.spark.options import SourceOptionTable
 from rmqk.plugins.spark.pull import BrokerReader, DataLossError, QueueInfo
+from rmqk.spi.consume import factory_option_specs
+from rmqk.spi.options import plugin_option_problems
 
 # PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
 # Python sources; 4.0 and 4.1 have neither.
@@ -239,7 +239,7 @@ class SourceOptions:
                 _problem("subExpression", "is required with expressionType SQL92, e.g. a > 5")
             )
         else:
-            # The rule of every subscription API (rmqk.names.check_expression).
+            # The rule of every subscription API (rmqk.model.names.check_expression).
             expression_problem = check_expression(table.sub_expression, table.expression_type)
             if expression_problem:
                 problems.append(_problem("subExpression", expression_problem))

@@ -23,15 +23,15 @@ from typing import Any
 
 import attrs
 
-from rmqk.cli import Command
-from rmqk.errors import RmqkError
-from rmqk.hookspecs import Register, hookimpl
+from rmqk.app.termchart import use_unicode
 from rmqk.model import MessageQueue
-from rmqk.namespace import check_namespace, effective_namespace, wrap
+from rmqk.model.errors import RmqkError
+from rmqk.model.namespace import check_namespace, effective_namespace, wrap
 from rmqk.plugins.status.collect import ClientStatus, GroupStatus, QueueStatus, group_status
 from rmqk.plugins.status.watch import CLEAR_SCREEN, LagHistory, format_watch
-from rmqk.termchart import use_unicode
-from rmqk.transport import Credentials, TlsConfig, Transport
+from rmqk.spi.commands import Command
+from rmqk.spi.hookspecs import Register, hookimpl
+from rmqk.spi.transport import Credentials, TlsConfig, Transport
 
 __all__ = ["STATUS_COMMAND", "format_status", "rmqk_register_commands", "status_json"]
 
@@ -104,7 +104,7 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
     if args.config and (args.namesrv or args.group):
         raise RmqkError("give either a config file or --namesrv with --group, not both")
     if args.config:
-        from rmqk.config import announce_config, load_config
+        from rmqk.app.config import announce_config, load_config
 
         config = load_config(args.config)
         # The acl plugin reads its [acl] table here, so requests are signed as the consumers'.
@@ -154,7 +154,7 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
 
 async def _open(target: _Target, timeout_ms: int) -> Transport:
     from rmqk.pluginmanager import get_plugin_manager, registries
-    from rmqk.transport import TransportConfig
+    from rmqk.spi.transport import TransportConfig
 
     config = TransportConfig(
         namesrv_addrs=target.namesrv_addrs,

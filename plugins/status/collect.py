@@ -24,10 +24,10 @@ from typing import Any
 
 import attrs
 
-from rmqk.errors import BrokerError, RmqkError
 from rmqk.model import RETRY_GROUP_TOPIC_PREFIX, MessageQueue, TopicRouteData
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
-from rmqk.transport import Transport
+from rmqk.model.errors import BrokerError, RmqkError
+from rmqk.spi.transport import Transport
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["ClientStatus", "GroupStatus", "QueueStatus", "group_status", "parse_running_info"]
 
@@ -113,7 +113,7 @@ def _queue_of(key: Any) -> MessageQueue | None:
 
 def parse_running_info(body: bytes) -> RunningInfo:
     """Read a ConsumerRunningInfo body, as rmqk or a Java client writes it."""
-    from rmqk.plugins.remoting.bodies import loads
+    from rmqk.wire.bodies import loads
 
     data = loads(body)
     if not isinstance(data, Mapping):
@@ -192,7 +192,7 @@ class _Reader:
 
     async def cluster_masters(self, namesrv_addrs: Iterable[str]) -> None:
         """Add every master the name server's cluster info lists (the first that answers)."""
-        from rmqk.plugins.remoting.bodies import loads
+        from rmqk.wire.bodies import loads
 
         errors = []
         for addr in namesrv_addrs:

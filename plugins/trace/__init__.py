@@ -19,13 +19,13 @@ import logging
 import threading
 from typing import Any
 
-from rmqk.client_options import AccessChannel, ClientOptions
-from rmqk.contexts import ClientContext, ClientRole
-from rmqk.hookspecs import hookimpl
-from rmqk.namespace import unwrap
+from rmqk.model.namespace import unwrap
+from rmqk.options.client import AccessChannel, ClientOptions
 from rmqk.plugins.trace.dispatcher import RMQ_SYS_TRACE_TOPIC, AsyncTraceDispatcher
 from rmqk.plugins.trace.hooks import TracedClient, TraceRuntime
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode, encode
+from rmqk.spi.contexts import ClientContext, ClientRole
+from rmqk.spi.hookspecs import hookimpl
 
 __all__ = [
     "RMQ_SYS_TRACE_TOPIC",

@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rmqk.errors import RmqkError
+from rmqk.model.errors import RmqkError
 from rmqk.plugins.trace.dispatcher import RMQ_SYS_TRACE_TOPIC
 from rmqk.plugins.trace.lookup import TraceView, find_trace_messages, trace_views
 from rmqk.plugins.trace.records import TraceType

@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rmqk.message import Message
+from rmqk.model.message import Message
 from rmqk.plugins.trace.records import TraceContext, TransferBean, encode
 
 __all__ = ["RMQ_SYS_TRACE_TOPIC", "AsyncTraceDispatcher"]

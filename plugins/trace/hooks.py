@@ -11,11 +11,10 @@ from collections.abc import Sequence
 
 import attrs
 
-from rmqk.contexts import ConsumeMessageContext, SendMessageContext
-from rmqk.hookspecs import hookimpl
-from rmqk.message import MessageExt
 from rmqk.model import SendStatus
-from rmqk.namespace import unwrap
+from rmqk.model.message import MessageExt
+from rmqk.model.namespace import unwrap
+from rmqk.model.uniq_id import create_uniq_id
 from rmqk.plugins.trace.dispatcher import AsyncTraceDispatcher
 from rmqk.plugins.trace.records import (
     ConsumeReturnType,
@@ -24,7 +23,8 @@ from rmqk.plugins.trace.records import (
     TraceContext,
     TraceType,
 )
-from rmqk.uniq_id import create_uniq_id
+from rmqk.spi.contexts import ConsumeMessageContext, SendMessageContext
+from rmqk.spi.hookspecs import hookimpl
 
 __all__ = ["TraceRuntime", "TracedClient"]
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from rmqk.engine.reader import RangeReader, ReaderSettings
-from rmqk.errors import ClientError, RemotingError
-from rmqk.message import MessageExt, MessageProperty
+from rmqk.model.errors import ClientError, RemotingError
+from rmqk.model.message import MessageExt, MessageProperty
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode
 
 if TYPE_CHECKING:

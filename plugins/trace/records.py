@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from rmqk.message import MessageProperty
+from rmqk.model.message import MessageProperty
 
 __all__ = [
     "CONTENT_SPLITOR",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rmqk import MessageQueue, hookimpl
-from rmqk.hookspecs import Register
+from rmqk.spi.hookspecs import Register
 
 __all__ = ["EveryOther", "rmqk_register_allocation_strategies"]
 

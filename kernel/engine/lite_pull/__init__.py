@@ -33,7 +33,7 @@ path of :mod:`rmqk.engine.pull`), ``commit``, ``seek``, ``rebalance`` and
 from __future__ import annotations
 
 from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer, RebalanceListener
-from rmqk.engine.lite_pull.options import (
+from rmqk.options.lite_pull import (
     LITE_PULL_OPTION_NAMES,
     LitePullOptions,
     resolve_lite_pull_options,

@@ -6,9 +6,9 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-from rmqk.aioutil import wait_event
 from rmqk.engine.lite_pull.queues import QueueState
-from rmqk.message import MessageExt
+from rmqk.model.message import MessageExt
+from rmqk.spi.aio import wait_event
 
 __all__ = ["Batch", "PollBuffer"]
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from rmqk.contracts import BrokerOffsetStore
-from rmqk.errors import ClientError, RmqkError
 from rmqk.model import MessageModel, MessageQueue
+from rmqk.model.errors import ClientError, RmqkError
+from rmqk.spi.contracts import BrokerOffsetStore
 
 if TYPE_CHECKING:
     from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer

@@ -14,13 +14,11 @@ from typing import Any
 
 import attrs
 
-from rmqk.contexts import ClientRole
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.lite_pull import seek as seeking
 from rmqk.engine.lite_pull.buffer import PollBuffer
 from rmqk.engine.lite_pull.commit import Committer
 from rmqk.engine.lite_pull.fetch import Fetcher
-from rmqk.engine.lite_pull.options import LitePullOptions, resolve_lite_pull_options
 from rmqk.engine.lite_pull.queues import QueueState, QueueTable, SubscriptionType
 from rmqk.engine.lite_pull.rebalance import LitePullRebalance
 from rmqk.engine.member import ConsumerMember, options_where
@@ -28,8 +26,6 @@ from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import FlowControl, PullAPI
 from rmqk.engine.reader import RangeReader
 from rmqk.engine.startup import load_offset_store, start_once
-from rmqk.errors import ClientError, RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import (
     ConsumeFromWhere,
     ConsumeType,
@@ -40,9 +36,13 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
-from rmqk.namespace import unwrapping_rebalance_listener
+from rmqk.model.errors import ClientError, RmqkError
+from rmqk.model.message import MessageExt
+from rmqk.model.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, check_topic
-from rmqk.transport import ConsumeMessageDirectlyResult
+from rmqk.options.lite_pull import LitePullOptions, resolve_lite_pull_options
+from rmqk.spi.contexts import ClientRole
+from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["AsyncLitePullConsumer", "RebalanceListener"]
 
@@ -66,7 +66,7 @@ class AsyncLitePullConsumer(ConsumerMember):
     ``allocate_message_queue_strategy``, ``offset_store``, ``pull_batch_size``,
     ``pull_threshold_for_queue``, ...) and those of :class:`LitePullOptions`
     (``auto_commit``, ``auto_commit_interval_ms``, ``poll_timeout_ms``, ...).
-    Bad values raise :class:`rmqk.errors.ConfigError` naming each option.
+    Bad values raise :class:`rmqk.model.errors.ConfigError` naming each option.
 
     Network operations are coroutines; the bookkeeping ones (``subscribe``,
     ``assign``, ``pause``, ``resume``, ``assignment``) are plain methods, as in

@@ -7,8 +7,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from rmqk.aioutil import wait_event
-from rmqk.contexts import ConsumeMessageContext
 from rmqk.engine.lite_pull.buffer import Batch
 from rmqk.engine.lite_pull.queues import QueueState
 from rmqk.engine.pull import (
@@ -17,11 +15,13 @@ from rmqk.engine.pull import (
     PullAPI,
     offsets_went_backwards,
 )
-from rmqk.errors import ClientError, RmqkError
-from rmqk.message import MessageExt
 from rmqk.model import MessageQueue, PullStatus
-from rmqk.offsets_reset import OffsetsReset
+from rmqk.model.errors import ClientError, RmqkError
+from rmqk.model.message import MessageExt
+from rmqk.model.offsets_reset import OffsetsReset
 from rmqk.pluginmanager import call_event_hook, hook_has_impls
+from rmqk.spi.aio import wait_event
+from rmqk.spi.contexts import ConsumeMessageContext
 
 if TYPE_CHECKING:
     from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer

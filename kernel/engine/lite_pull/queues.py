@@ -7,8 +7,8 @@ import enum
 from collections.abc import Iterable, Mapping
 
 from rmqk.engine.process_queue import ProcessQueue
-from rmqk.errors import ClientError
 from rmqk.model import MessageQueue, SubscriptionData, build_subscription
+from rmqk.model.errors import ClientError
 
 __all__ = ["SUBSCRIPTION_CONFLICT_MESSAGE", "QueueState", "QueueTable", "SubscriptionType"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from rmqk.contracts import ReadOffsetType
 from rmqk.engine.lite_pull.queues import QueueState
-from rmqk.errors import ClientError
 from rmqk.model import MessageQueue, ServiceState
+from rmqk.model.errors import ClientError
+from rmqk.spi.contracts import ReadOffsetType
 
 if TYPE_CHECKING:
     from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rmqk.message import decode_offset_msg_id
 from rmqk.model import MessageQueue
+from rmqk.model.message import decode_offset_msg_id
 from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.clients import ClientChannelInfo
 from rmqk.plugins.broker.commands import HeaderError, Headers, make_request, make_response
@@ -21,8 +21,8 @@ from rmqk.plugins.broker.processors.broker2client import call_client, reset_offs
 from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import save_topic, validate_topic
 from rmqk.plugins.broker.store.topics import TopicConfig
-from rmqk.plugins.remoting.bodies import subscription_json
-from rmqk.protocol import RemotingCommand, ResponseCode
+from rmqk.wire.bodies import subscription_json
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["AdminBrokerProcessor"]
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rmqk.errors import RemotingError, RemotingTimeoutError
 from rmqk.model import MessageQueue
+from rmqk.model.errors import RemotingError, RemotingTimeoutError
 from rmqk.plugins.broker.clients import ClientChannelInfo
 from rmqk.plugins.broker.commands import make_request, make_response
 from rmqk.plugins.broker.connection import Connection
-from rmqk.plugins.remoting.bodies import encode_reset_offset
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.bodies import encode_reset_offset
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["call_client", "reset_offset"]
 

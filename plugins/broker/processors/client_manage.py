@@ -20,7 +20,7 @@ from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.filtering import check_subscription
 from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import add_retry_topics, validate_group
-from rmqk.protocol import RemotingCommand, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["ClientManageProcessor"]
 

@@ -9,7 +9,7 @@ from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import Processor
-from rmqk.protocol import RemotingCommand, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["ConsumerManageProcessor"]
 

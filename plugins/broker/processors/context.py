@@ -18,7 +18,7 @@ from rmqk.plugins.broker.commands import make_request
 from rmqk.plugins.broker.filtering import ConsumerFilters
 from rmqk.plugins.broker.locks import RebalanceLockManager
 from rmqk.plugins.broker.store.topics import TopicConfigs
-from rmqk.protocol import RequestCode
+from rmqk.wire.protocol import RequestCode
 
 __all__ = ["BrokerContext", "BrokerSettings", "Processor"]
 

@@ -27,7 +27,7 @@ from rmqk.plugins.broker.processors.reply import ReplyMessageProcessor
 from rmqk.plugins.broker.processors.send import SendMessageProcessor
 from rmqk.plugins.broker.transaction_check import TransactionCheckService, TransactionSettings
 from rmqk.plugins.broker.transactions import TransactionalMessageBridge
-from rmqk.protocol import RemotingCommand, RequestCode
+from rmqk.wire.protocol import RemotingCommand, RequestCode
 
 __all__ = ["BrokerProcessors", "Handler"]
 

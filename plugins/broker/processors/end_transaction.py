@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from rmqk.message import MessageExt, MessageProperty
+from rmqk.model.message import MessageExt, MessageProperty
 from rmqk.plugins.broker.commands import HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
@@ -28,8 +28,8 @@ from rmqk.plugins.broker.transactions import (
     TransactionalMessageBridge,
     reset_transaction_bits,
 )
-from rmqk.plugins.remoting.message_codec import MessageSysFlag, java_properties_string
-from rmqk.protocol import RemotingCommand, ResponseCode
+from rmqk.wire.message_codec import MessageSysFlag, java_properties_string
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["EndTransactionProcessor", "not_supported", "refuse_half_message"]
 

@@ -24,7 +24,7 @@ from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.filtering import ConsumerFilters, FilterData
 from rmqk.plugins.broker.longpoll import HeldPull, PullHoldService
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
-from rmqk.protocol import PullSysFlag, RemotingCommand, ResponseCode
+from rmqk.wire.protocol import PullSysFlag, RemotingCommand, ResponseCode
 
 __all__ = ["PullMessageProcessor", "build_broker_subscription"]
 

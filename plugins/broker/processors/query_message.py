@@ -6,7 +6,7 @@ from __future__ import annotations
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import Processor
-from rmqk.protocol import RemotingCommand, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["UNIQUE_MSG_QUERY_FLAG", "QueryMessageProcessor"]
 

@@ -17,13 +17,13 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from rmqk.errors import RemotingError
-from rmqk.message import MessageProperty, format_properties, parse_properties
+from rmqk.model.errors import RemotingError
+from rmqk.model.message import MessageProperty, format_properties, parse_properties
 from rmqk.plugins.broker.commands import make_request
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
 from rmqk.plugins.broker.processors.send import SendMessageProcessor
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["ReplyMessageProcessor"]
 

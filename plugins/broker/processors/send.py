@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from rmqk.message import MessageProperty, parse_properties
 from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from rmqk.model.message import MessageProperty, parse_properties
 from rmqk.plugins.broker.commands import FAQ_SUFFIX, HeaderError, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import BrokerContext, Processor
@@ -32,12 +32,12 @@ from rmqk.plugins.broker.processors.topics import (
 )
 from rmqk.plugins.broker.store.topics import TopicConfig
 from rmqk.plugins.broker.transactions import TransactionalMessageBridge, is_half_message
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.wire.message_codec import (
     decode_batch,
     decode_message,
     java_properties_string,
 )
-from rmqk.protocol import RemotingCommand, RequestCode, ResponseCode
+from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["SendMessageProcessor"]
 

@@ -11,9 +11,9 @@ import re
 
 import attrs
 
-from rmqk.message import MessageProperty
 from rmqk.model import java_string_hash
-from rmqk.plugins.remoting.message_codec import encode_stored_message
+from rmqk.model.message import MessageProperty
+from rmqk.wire.message_codec import encode_stored_message
 
 from .results import PutMessageStatus, PutResult, failed
 

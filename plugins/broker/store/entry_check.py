@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
+from rmqk.wire.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
 
 from .records import MIN_RECORD_SIZE, Buffer
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 
-from rmqk.message import MessageProperty, parse_properties
+from rmqk.model.message import MessageProperty, parse_properties
 
 from .files import fsync_dir, replace_file
 from .index_file import IndexFile, IndexHeader

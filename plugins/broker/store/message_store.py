@@ -40,9 +40,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rmqk.errors import FrameError
-from rmqk.message import MessageProperty, offset_msg_id, parse_properties
-from rmqk.plugins.remoting.message_codec import (
+from rmqk.model.errors import FrameError
+from rmqk.model.message import MessageProperty, offset_msg_id, parse_properties
+from rmqk.wire.message_codec import (
     decode_message,
     java_properties_string,
 )

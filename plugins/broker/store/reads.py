@@ -11,7 +11,7 @@ import itertools
 import struct
 from collections.abc import Callable
 
-from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
+from rmqk.wire.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
 
 from . import entry_check
 from .commitlog import CommitLog

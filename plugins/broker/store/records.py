@@ -3,7 +3,7 @@
 A commit log record is byte for byte what a PULL_MESSAGE response carries
 (MessageDecoder's layout, magic V1), so a pull copies records out of the log
 without re-encoding. Encoding and decoding records is the remoting codec's job
-(``rmqk.plugins.remoting.message_codec``); this module holds what only the store
+(``rmqk.wire.message_codec``); this module holds what only the store
 needs: recovery's validation of a record found on disk and quick reads of a
 field or two.
 
@@ -24,7 +24,7 @@ import zlib
 
 import attrs
 
-from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
+from rmqk.wire.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
 
 __all__ = [
     "BLANK_MAGIC",

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import attrs
 
-from rmqk.plugins.remoting.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
+from rmqk.wire.message_codec import MAGIC_CODE_V1, MAGIC_CODE_V2
 
 from .commitlog import END_BLANK_MIN, CommitLog, Segment
 from .consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from rmqk.aioutil import wait_event
+from rmqk.spi.aio import wait_event
 
 from .files import StoreError, read_json_document, write_json_document
 

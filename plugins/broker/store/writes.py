@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import attrs
 
-from rmqk.plugins.remoting.message_codec import patch_stored_message
+from rmqk.wire.message_codec import patch_stored_message
 
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue

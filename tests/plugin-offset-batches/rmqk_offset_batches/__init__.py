@@ -14,11 +14,11 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from rmqk import hookimpl
-from rmqk.consume_host import ConsumeHost, QueueView
-from rmqk.message import MessageExt
 from rmqk.model import ConsumeStatus, MessageQueue
+from rmqk.model.message import MessageExt
 from rmqk.options import OptionSpec, OptionType
-from rmqk.transport import ConsumeMessageDirectlyResult
+from rmqk.spi.consume import ConsumeHost, QueueView
+from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 _SUCCESS = (None, True, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.CONSUME_SUCCESS.value)
 

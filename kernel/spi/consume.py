@@ -1,0 +1,312 @@
+"""The written contract between the push consumer and a consume service plugin.
+
+A consume service drains what the push consumer pulled into the user's listener
+and acknowledges it. It is registered by name through the
+``rmqk_register_consume_services`` hook and built as ``factory(host, options)``:
+
+* ``host`` is a :class:`ConsumeHost`, everything the service may use of the
+  consumer: the listener (with the consume hooks around it), acknowledgement and
+  offsets, sending back for redelivery, statistics, broker locks and the
+  consumer's options. A service needs nothing else, and reaches nothing else.
+* ``options`` are the consumer's ``consume_service_options`` table, checked
+  against the ``option_specs`` the factory declares (a sequence of
+  :class:`rmqk.options.OptionSpec`) and completed with their defaults. A factory
+  that declares none takes no options: any key given is an error, so no option
+  is accepted and then ignored.
+
+The factory returns a :class:`ConsumeService`. docs/tutorial-consume-service.md
+writes one from this contract alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from rmqk.engine.listener import ListenerOutcome
+from rmqk.model import MessageModel, MessageQueue
+from rmqk.model.errors import ConfigError, ConfigProblem
+from rmqk.model.message import MessageExt
+from rmqk.options import ConsumerOptions, OptionSpec, unknown_key_message
+from rmqk.spi.contexts import ConsumeMessageContext
+from rmqk.spi.transport import ConsumeMessageDirectlyResult
+
+__all__ = [
+    "OPTIONS_TABLE",
+    "ConsumeHost",
+    "ConsumeListener",
+    "ConsumeService",
+    "ConsumeServiceFactory",
+    "ConsumeStats",
+    "QueueView",
+    "factory_option_specs",
+    "parse_service_options",
+]
+
+OPTIONS_TABLE = "consume_service_options"
+_WHERE = "<options>"
+
+
+class QueueView(Protocol):
+    """What a consume service may do with one queue's process queue.
+
+    The messages pulled for a queue wait here, keyed by queue offset, until they
+    are acknowledged. Two ways of consuming them exist side by side:
+
+    * concurrent: consume the batches handed to ``submit`` in any order and
+      acknowledge each through :meth:`ConsumeHost.acknowledge`; the committed
+      offset is then the lowest offset still held.
+    * in order: ``take_messages`` from the head, then ``commit`` (and
+      :meth:`ConsumeHost.update_offset` with its result) or
+      ``make_messages_to_consume_again``.
+    """
+
+    #: Set when the queue went to another member or is being reset; stop consuming it.
+    dropped: bool
+    #: Messages held (pulled, not yet acknowledged).
+    msg_count: int
+    #: The broker's backlog behind the newest pulled message (Java's msgAccCnt): what the
+    #: concurrent service's pool adjusts to.
+    msg_acc_cnt: int
+    #: True while this client holds the queue's lock on the broker (orderly, clustering).
+    locked: bool
+    #: queue offset -> epoch ms the listener call of that message began (for expiry).
+    consume_started: dict[int, int]
+    #: Held around an orderly listener call; the rebalance takes it before unlocking.
+    consume_lock: asyncio.Lock | None
+
+    def is_dropped(self) -> bool: ...
+
+    def is_lock_expired(self, now_ms: int | None = None) -> bool: ...
+
+    def head_messages(self, limit: int) -> list[MessageExt]:
+        """Up to ``limit`` held messages from the lowest offset, left in place."""
+
+    def first_offset(self) -> int | None: ...
+
+    def take_messages(self, batch_size: int) -> list[MessageExt]:
+        """Move up to ``batch_size`` messages from the head into the consuming set.
+
+        Returns ``[]`` when none are left and then ends the queue's drain: the
+        next pulled batch reaches ``submit`` with ``dispatch_to_consume`` True.
+        """
+
+    def commit(self) -> int:
+        """Forget the consuming set; the next offset to consume, or -1 if it was empty."""
+
+    def make_messages_to_consume_again(self, msgs: Sequence[MessageExt]) -> None:
+        """Put taken messages back at the head, to be taken again first."""
+
+    def rollback(self) -> None:
+        """Put the whole consuming set back at the head."""
+
+
+class ConsumeListener(Protocol):
+    """The consumer's listener, called with the consume hooks around it."""
+
+    #: The user's function, for services that call it directly on a hook-free fast path.
+    listener: Callable[..., Any]
+    #: True for an ``async def`` listener (it runs on the loop, else on its thread pool).
+    is_async: bool
+    #: True when the listener takes ``(messages, context)`` rather than ``(messages)``.
+    wants_context: bool
+
+    def hooks_enabled(self) -> bool:
+        """True when a plugin implements the consume hooks: call through ``invoke`` then."""
+
+    def resize_pool(self, size: int) -> int | None:
+        """Set the sync listener's thread pool size (at least 1); None (no-op) if async."""
+
+    async def invoke(
+        self,
+        queue: MessageQueue,
+        msgs: Sequence[MessageExt],
+        context: Any,
+        hooks: bool = True,
+        detach: bool = False,
+        report: bool = True,
+    ) -> tuple[ListenerOutcome, ConsumeMessageContext | None]:
+        """One listener call, on the listener's pool, never raising for the listener's errors.
+
+        Runs ``rmqk_consume_message_before`` first when ``hooks`` and returns its
+        context; fill in its outcome and pass it to :meth:`after`. A future an
+        async listener returns is awaited, unless ``detach``: then the outcome's
+        status is that future, for the caller to await without holding a worker.
+        An exception the listener raised is in the outcome and, unless ``report``
+        is False, logged (:meth:`report_failure`). ``context`` is what a listener
+        that takes ``(messages, context)`` receives, an object with at least
+        ``.queue``; with None, such a listener is not called and the outcome's
+        exception says why.
+        """
+
+    async def invoke_group(
+        self,
+        calls: Sequence[tuple[list[MessageExt], Any]],
+        patience_s: float = 0.25,
+        on_give_up: Callable[[int], None] | None = None,
+        watch_single: bool = False,
+    ) -> list[ListenerOutcome]:
+        """Several hook-free calls with one thread hop (see ListenerInvoker.invoke_group)."""
+
+    async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
+        """Run ``rmqk_consume_message_after`` for a context ``invoke`` returned."""
+
+    def report_failure(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
+        """Log an exception the listener raised: the first of each type with its traceback,
+        repeats counted in a line now and then (and at shutdown)."""
+
+
+class ConsumeStats(Protocol):
+    """The consume figures the broker's admin tools read (consumeRT, OK and failed TPS)."""
+
+    def consume_rt(self, topic: str, ms: float) -> None: ...
+
+    def add_consume_rt(self, topic: str, total_ms: float, calls: int) -> None: ...
+
+    def consume_ok(self, topic: str, n: int) -> None: ...
+
+    def consume_failed(self, topic: str, n: int) -> None: ...
+
+
+class ConsumeHost(Protocol):
+    """Everything of the push consumer a consume service may use."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def message_model(self) -> MessageModel: ...
+
+    @property
+    def options(self) -> ConsumerOptions:
+        """The consumer's options (batch size, thread counts, consume timeout, ...)."""
+
+    @property
+    def retry_topic(self) -> str:
+        """``%RETRY%<group>``: messages sent back come again from this topic."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the consumer runs on; every method here is called on it."""
+
+    @property
+    def listener(self) -> ConsumeListener: ...
+
+    @property
+    def stats(self) -> ConsumeStats: ...
+
+    def process_queues(self) -> list[tuple[MessageQueue, QueueView]]:
+        """The queues held now, with their process queues (a snapshot)."""
+
+    def acknowledge(self, mq: MessageQueue, pq: QueueView, msgs: Sequence[MessageExt]) -> int:
+        """Remove consumed messages and move the queue's offset up to the lowest still held.
+
+        Returns that offset, or -1 when nothing was held. A dropped queue's offset
+        is left alone.
+        """
+
+    def update_offset(self, mq: MessageQueue, pq: QueueView, offset: int) -> None:
+        """Set the queue's consume offset (after ``pq.commit()``); -1 or a dropped queue: no-op."""
+
+    async def send_message_back(
+        self, msg: MessageExt, delay_level: int, broker_name: str | None
+    ) -> None:
+        """Have the broker deliver ``msg`` again later (or to the DLQ past max reconsume times).
+
+        ``delay_level`` 0 lets the broker choose by reconsume times; -1 sends it
+        to the DLQ at once. Raises when neither the broker nor re-publishing
+        took it.
+        """
+
+    def reset_retry_topic(self, msgs: list[MessageExt]) -> None:
+        """Show messages pulled from the retry topic under their original topic."""
+
+    def max_reconsume_times(self) -> int: ...
+
+    async def lock(self, mq: MessageQueue) -> bool:
+        """Lock one queue on its broker for this client; True when held."""
+
+    async def lock_all(self) -> None:
+        """Lock (renew) every held queue on its broker."""
+
+    async def unlock_all(self, oneway: bool) -> None: ...
+
+
+class ConsumeService(Protocol):
+    """What the push consumer drives; built by ``factory(host, options)``."""
+
+    #: True when queues must be locked on the broker and pulled only while locked.
+    orderly: bool
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self, await_termination_ms: int) -> None:
+        """Stop; wait up to ``await_termination_ms`` for consumes in flight, then cancel them.
+
+        Acknowledge what finished before returning: the consumer persists the
+        offsets right after.
+        """
+
+    def submit(
+        self,
+        msgs: list[MessageExt],
+        pq: QueueView,
+        mq: MessageQueue,
+        dispatch_to_consume: bool,
+    ) -> None:
+        """A freshly pulled batch, already held in ``pq``; must not block the event loop.
+
+        ``dispatch_to_consume`` is True when ``pq`` had no drain running (the
+        ``take_messages`` edge).
+        """
+
+    async def consume_message_directly(
+        self, msg: MessageExt, broker_name: str | None
+    ) -> ConsumeMessageDirectlyResult:
+        """CONSUME_MESSAGE_DIRECTLY from the admin tools: one listener call, no hooks."""
+
+
+class ConsumeServiceFactory(Protocol):
+    """``factory(host, options)``; may carry ``option_specs``, the options it takes."""
+
+    def __call__(self, host: ConsumeHost, options: Mapping[str, Any]) -> ConsumeService: ...
+
+
+def factory_option_specs(factory: object) -> tuple[OptionSpec, ...]:
+    """The options a factory declares; none when it has no ``option_specs``."""
+    return tuple(getattr(factory, "option_specs", ()))
+
+
+def parse_service_options(
+    service: str, raw: Mapping[str, Any], specs: Sequence[OptionSpec]
+) -> Mapping[str, Any]:
+    """``raw`` checked against ``specs``: every declared option, defaults filled in.
+
+    Raises :class:`rmqk.model.errors.ConfigError` with one problem per unknown key or
+    rejected value, each naming the key, the service and what is allowed.
+    """
+    by_name = {spec.name: spec for spec in specs}
+    problems: list[ConfigProblem] = []
+    values: dict[str, Any] = {spec.name: spec.default for spec in specs}
+    for key, value in raw.items():
+        spec = by_name.get(key)
+        if spec is None:
+            if by_name:
+                message = unknown_key_message(key, by_name)
+            else:
+                message = "unknown key; this consume service takes no options"
+            problems.append(_problem(service, key, message))
+            continue
+        try:
+            values[key] = spec.convert(value)
+        except ValueError as exc:  # the option table's converters say what is allowed
+            problems.append(_problem(service, key, str(exc)))
+    if problems:
+        raise ConfigError(problems)
+    return MappingProxyType(values)
+
+
+def _problem(service: str, key: str, message: str) -> ConfigProblem:
+    return ConfigProblem(_WHERE, OPTIONS_TABLE, key, f"consume service {service!r}: {message}")
