@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rmqk import _moved
 from rmqk.model import (
     ConsumeFromWhere,
@@ -32,7 +34,7 @@ _moved.install()
 # The engine is imported on first use so that `import rmqk` stays cheap for tools
 # and for Spark workers that only need the model.
 _LAZY = {
-    "ClientOptions": "rmqk.options.client",
+    "ClientOptions": "rmqk.spi.client_options",
     "PushConsumer": "rmqk.engine.sync",
     "Producer": "rmqk.engine.sync",
     "AsyncPushConsumer": "rmqk.engine.consumer",
@@ -43,10 +45,27 @@ _LAZY = {
     "AsyncTransactionProducer": "rmqk.engine.transaction",
     "LocalTransactionState": "rmqk.engine.transaction",
     "TransactionSendResult": "rmqk.engine.transaction",
+    "OffsetsGoneError": "rmqk.engine.reader",
+    "RangeGap": "rmqk.engine.reader",
     "RangeReader": "rmqk.engine.reader",
     "ReaderSettings": "rmqk.engine.reader",
     "create_reply_message": "rmqk.engine.request_reply",
 }
+
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers
+    from rmqk.engine.consumer import AsyncPushConsumer
+    from rmqk.engine.lite_pull import AsyncLitePullConsumer
+    from rmqk.engine.producer import AsyncProducer
+    from rmqk.engine.reader import OffsetsGoneError, RangeGap, RangeReader, ReaderSettings
+    from rmqk.engine.request_reply import create_reply_message
+    from rmqk.engine.sync import LitePullConsumer, Producer, PushConsumer, TransactionProducer
+    from rmqk.engine.transaction import (
+        AsyncTransactionProducer,
+        LocalTransactionState,
+        TransactionSendResult,
+    )
+    from rmqk.spi.client_options import ClientOptions
 
 
 def __getattr__(name: str) -> object:
@@ -76,11 +95,13 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "OffsetsGoneError",
     "PluginError",
     "Producer",
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "RangeGap",
     "RangeReader",
     "ReaderSettings",
     "RemotingError",

@@ -22,7 +22,7 @@ __all__ = ["MOVED", "install"]
 MOVED: dict[str, str] = {
     "rmqk.aioutil": "rmqk.spi.aio",
     "rmqk.builtin_commands": "rmqk.app.commands",
-    "rmqk.client_options": "rmqk.options.client",
+    "rmqk.client_options": "rmqk.spi.client_options",
     "rmqk.config": "rmqk.app.config",
     "rmqk.consume_host": "rmqk.spi.consume",
     "rmqk.consumer_options": "rmqk.options.consumer",
@@ -59,11 +59,11 @@ MOVED: dict[str, str] = {
     "rmqk.subscription_table": "rmqk.options.subscription",
     "rmqk.summary_line": "rmqk.app.summary_line",
     "rmqk.supervisor": "rmqk.app.supervisor",
-    "rmqk.termchart": "rmqk.app.termchart",
+    "rmqk.termchart": "rmqk.spi.termchart",
     "rmqk.transport": "rmqk.spi.transport",
     "rmqk.uniq_id": "rmqk.model.uniq_id",
     "rmqk.worker": "rmqk.app.worker",
-    "rmqk.workers": "rmqk.app.workers",
+    "rmqk.workers": "rmqk.spi.workers",
 }
 
 

@@ -28,10 +28,10 @@ from rmqk.engine.sync import LitePullConsumer, Producer, PushConsumer, Transacti
 from rmqk.engine.transaction import AsyncTransactionProducer
 from rmqk.model.errors import ConfigError, RmqkError
 from rmqk.model.message import Message, MessageExt
-from rmqk.options.client import CLIENT_OPTIONS, AccessChannel, ClientOptions
 from rmqk.pluginmanager import get_plugin_manager
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.remoting.client import TcpTransport
+from rmqk.spi.client_options import CLIENT_OPTIONS, AccessChannel, ClientOptions
 from rmqk.spi.transport import Credentials, TransportConfig
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_acl_credentials")]

@@ -373,7 +373,7 @@ def lite_pull_options() -> str:
 
 def client_options() -> str:
     """The client options every client kind takes (ClientOptions), linked to their sections."""
-    from rmqk.options.client import CLIENT_OPTIONS
+    from rmqk.spi.client_options import CLIENT_OPTIONS
 
     return (
         ", ".join(f"[`{s.name}`](config-reference.md#{s.name})" for s in CLIENT_OPTIONS) + "\n"

@@ -39,7 +39,7 @@ from typing import IO, Any
 import attrs
 
 from rmqk.app.worker import WorkerJob, worker_main
-from rmqk.app.workers import (
+from rmqk.spi.workers import (
     WorkerFailed,
     WorkerFigures,
     WorkerIdentity,

@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.app.workers import (
+from rmqk.spi.workers import (
     WorkerFailed,
     WorkerFigures,
     WorkerIdentity,

@@ -68,8 +68,8 @@ from rmqk.model.errors import (
 )
 from rmqk.model.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model.uniq_id import create_uniq_id
-from rmqk.options.client import ClientOptions, resolve_client_options
 from rmqk.options.producer import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
+from rmqk.spi.client_options import ClientOptions, resolve_client_options
 from rmqk.spi.options import Where
 from rmqk.spi.transport import SendMessageRequest
 
@@ -145,7 +145,7 @@ class AsyncProducer:
 
     Takes the producer's own options (:class:`ProducerOptions`), ``transport`` and
     ``transport_options``, and every client option of
-    :class:`rmqk.options.client.ClientOptions` by the same keyword names the
+    :class:`rmqk.spi.client_options.ClientOptions` by the same keyword names the
     consumers take (``namesrv_addr``, ``use_tls``, ``tls_ca_file``, ``access_key``,
     ``mq_client_api_timeout``, ...), or one ``client_options=ClientOptions(...)``.
     Bad values raise :class:`rmqk.model.errors.ConfigError` naming each option.

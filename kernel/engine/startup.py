@@ -17,8 +17,8 @@ from rmqk.engine.rebalance import rebalance_wait_interval_ms
 from rmqk.model import MessageModel, ServiceState
 from rmqk.model.errors import ClientError
 from rmqk.options import ConsumerOptions
-from rmqk.options.client import ClientOptions
 from rmqk.pluginmanager import registries
+from rmqk.spi.client_options import ClientOptions
 from rmqk.spi.contracts import OffsetStore, OffsetStoreContext
 
 __all__ = [

@@ -31,7 +31,6 @@ from rmqk.model.names import (
     check_tag_expression,
     check_topic,
 )
-from rmqk.options.client import CLIENT_OPTIONS, ClientOptions
 from rmqk.options.consumer import (
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -46,6 +45,7 @@ from rmqk.options.plugin_choices import (
     check_plugin_names,
     plugin_choices,
 )
+from rmqk.spi.client_options import CLIENT_OPTIONS, ClientOptions
 from rmqk.spi.option_text import (
     describe_value,
     render_key,

@@ -25,7 +25,7 @@ import attrs
 
 from rmqk.model import ConsumeFromWhere, MessageModel
 from rmqk.model.errors import ConfigProblem
-from rmqk.options.client import AccessChannel, ClientOptions, client_option_problems
+from rmqk.spi.client_options import AccessChannel, ClientOptions, client_option_problems
 from rmqk.spi.option_text import unknown_key_message
 from rmqk.spi.options import (
     JAVA_INT_MAX,
@@ -67,7 +67,7 @@ def _empty_table() -> Mapping[str, Any]:
 class ConsumerOptions(ClientOptions):
     """One resolved set of consumer options; build it with :func:`validate_options`.
 
-    The client options (:class:`~rmqk.options.client.ClientOptions`) come first, under
+    The client options (:class:`~rmqk.spi.client_options.ClientOptions`) come first, under
     the same names every client kind takes; ``.client_options`` is just those.
 
     Each field is made by ``_option``, which returns an ``attrs.field`` carrying

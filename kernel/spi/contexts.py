@@ -16,7 +16,7 @@ import attrs
 
 from rmqk.model import MessageModel, MessageQueue, SendResult, ServiceState, SubscriptionData
 from rmqk.model.message import MessageExt
-from rmqk.options.client import ClientOptions
+from rmqk.spi.client_options import ClientOptions
 
 __all__ = [
     "ClientContext",

@@ -23,7 +23,13 @@ from typing import Any, TypeVar
 import attrs
 
 from rmqk.model.errors import ConfigError, ConfigProblem
-from rmqk.spi.option_text import describe_value, render_key, render_value, suggest
+from rmqk.spi.option_text import (
+    describe_value,
+    render_key,
+    render_value,
+    suggest,
+    unknown_key_message,
+)
 
 __all__ = [
     "JAVA_INT_MAX",
@@ -37,6 +43,7 @@ __all__ = [
     "check_timestamp",
     "convert_values",
     "declared_options",
+    "describe_value",
     "freeze",
     "hidden_repr",
     "load_object",
@@ -48,6 +55,7 @@ __all__ = [
     "plugin_unknown_key_message",
     "rehome",
     "thaw",
+    "unknown_key_message",
 ]
 
 JAVA_INT_MAX = 2**31 - 1

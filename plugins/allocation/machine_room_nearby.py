@@ -263,7 +263,7 @@ def _inner_factory(name: str) -> Callable[..., object]:
     factory = BUILTIN_FACTORIES.get(name)
     if factory is not None:
         return factory
-    from rmqk.pluginmanager import registries
+    from rmqk.spi.registry import registries
 
     try:
         return registries().allocation_strategies.get(name)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import attrs
 
 from rmqk.model.errors import ConfigError
-from rmqk.options import (
+from rmqk.spi.options import (
     OptionInvalid,
     OptionSpec,
     OptionType,
@@ -25,7 +25,7 @@ from rmqk.options import (
     load_options,
     option,
 )
-from rmqk.options import load_object as _load_object
+from rmqk.spi.options import load_object as _load_object
 
 __all__ = [
     "DEFAULT_BROKER_ROOM_PATTERN",

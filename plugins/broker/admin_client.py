@@ -17,9 +17,9 @@ import attrs
 from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
 from rmqk.model.errors import BrokerError, ConfigError, RemotingError, RmqkError
 from rmqk.model.message import MessageExt, MessageProperty, decode_offset_msg_id
-from rmqk.options.client import CLIENT_OPTIONS, ClientOptions, resolve_client_options
 from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.remoting import acl
+from rmqk.spi.client_options import CLIENT_OPTIONS, ClientOptions, resolve_client_options
 from rmqk.spi.options import Where
 from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 from rmqk.wire.tls import client_ssl_context, server_hostname

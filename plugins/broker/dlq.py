@@ -22,13 +22,12 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
+from rmqk import AsyncLitePullConsumer, AsyncProducer
 from rmqk.app.consume_tool import message_json, positive_int
-from rmqk.engine.lite_pull import AsyncLitePullConsumer
-from rmqk.engine.producer import AsyncProducer
 from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, MessageQueue
 from rmqk.model.errors import RmqkError
 from rmqk.model.message import Message, MessageExt
-from rmqk.options.client import ClientOptions
+from rmqk.spi.client_options import ClientOptions
 
 __all__ = ["add_dlq_arguments", "resend_group"]
 

@@ -20,11 +20,11 @@ from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS
 from rmqk.model import ConsumeOrderlyStatus, MessageModel, MessageQueue
 from rmqk.model.errors import SinkHalted
 from rmqk.model.message import MessageExt
-from rmqk.options import JAVA_INT_MAX, OptionSpec, OptionType
 from rmqk.plugins.consume.direct import consume_directly
 from rmqk.plugins.consume.status import read_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.spi.consume import ConsumeHost, QueueView
+from rmqk.spi.options import JAVA_INT_MAX, OptionSpec, OptionType
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["OrderlyConsumeService", "normalize_orderly_status"]

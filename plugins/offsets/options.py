@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import attrs
 
 from rmqk.model.errors import ConfigError
-from rmqk.options import OptionInvalid, OptionType, Where, load_options, option
+from rmqk.spi.options import OptionInvalid, OptionType, Where, load_options, option
 
 __all__ = [
     "DEFAULT_TIMEOUT_MS",

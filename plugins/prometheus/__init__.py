@@ -79,7 +79,7 @@ class MetricsPlugin:
                 return self.address
             from prometheus_client import start_http_server
 
-            from rmqk.app.workers import current_worker
+            from rmqk.spi.workers import current_worker
 
             worker = current_worker()
             port = self.settings.port
@@ -203,7 +203,7 @@ def active(pm: Any = None) -> MetricsPlugin | None:
 
 
 def _manager(pm: Any) -> Any:
-    from rmqk.pluginmanager import get_plugin_manager
+    from rmqk.spi.registry import get_plugin_manager
 
     return pm or get_plugin_manager()
 

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from rmqk.model.errors import ConfigError, ConfigProblem
-from rmqk.options import describe_value, unknown_key_message
+from rmqk.spi.options import describe_value, unknown_key_message
 
 __all__ = ["TABLE", "PrometheusSettings"]
 

@@ -17,7 +17,7 @@ Credentials, first found wins:
    ``RMQK_SECURITY_TOKEN``).
 
 These are the process defaults. A client given its own credentials (the client
-options ``access_key`` and ``secret_key``, :class:`rmqk.options.client.ClientOptions`)
+options ``access_key`` and ``secret_key``, :class:`rmqk.spi.client_options.ClientOptions`)
 is signed with those instead: its transport signs each request after this hook
 (:func:`sign`), so two clients of one process can use two accounts.
 
@@ -41,9 +41,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from rmqk.hookcalls import idle_when
 from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.spi.hookspecs import hookimpl
+from rmqk.spi.registry import idle_when
 from rmqk.spi.transport import Credentials
 from rmqk.wire.protocol import RemotingCommand
 from rmqk.wire.signature import (

@@ -6,7 +6,7 @@ refuse a key the transport would not read, as every other ``*_options`` table do
 
 from __future__ import annotations
 
-from rmqk.options import OptionSpec, OptionType
+from rmqk.spi.options import OptionSpec, OptionType
 
 __all__ = ["CLOSE_SOCKET_IF_TIMEOUT", "TCP_OPTION_SPECS", "VIP_CHANNEL_ENABLED"]
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rmqk.hookcalls import all_idle
 from rmqk.model.errors import ConfigError, RemotingConnectError
 from rmqk.plugins.remoting import acl
 from rmqk.plugins.remoting.connection import Connection, ConnectionPool
 from rmqk.plugins.remoting.inbound import serve
 from rmqk.plugins.remoting.options import CLOSE_SOCKET_IF_TIMEOUT, VIP_CHANNEL_ENABLED
+from rmqk.spi.registry import all_idle
 from rmqk.spi.transport import InboundHandler, TransportConfig
 from rmqk.wire.frame import SerializeType
 from rmqk.wire.protocol import RemotingCommand

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection
 from rmqk.model import MessageQueue
 from rmqk.model.errors import SinkHalted
 from rmqk.model.message import MessageExt
-from rmqk.options import OptionInvalid
+from rmqk.spi.options import OptionInvalid
 
 __all__ = [
     "BAD_BODY_ACTIONS",

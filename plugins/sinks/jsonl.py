@@ -19,12 +19,12 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rmqk.app.workers import worker_path
 from rmqk.plugins.sinks.badbody import BadBodyCounter, BadBodyError, why_unparsed
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.jsonl_options import JsonlOptions, parse_jsonl_options
 from rmqk.plugins.sinks.records import is_bad, message_record
 from rmqk.spi.options import OptionSpec, declared_options
+from rmqk.spi.workers import worker_path
 
 __all__ = ["JsonlSink"]
 

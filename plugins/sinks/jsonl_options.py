@@ -8,7 +8,6 @@ from typing import Any
 import attrs
 
 from rmqk.model.errors import ConfigError
-from rmqk.options import OptionType, Where, option, parse_options
 from rmqk.plugins.sinks.badbody import (
     BAD_BODY_ACTIONS,
     CORRUPT_RECORD_COLUMN,
@@ -17,6 +16,7 @@ from rmqk.plugins.sinks.badbody import (
     check_column_name,
 )
 from rmqk.plugins.sinks.records import BODY_FORMATS, RECORD_KEYS
+from rmqk.spi.options import OptionType, Where, option, parse_options
 
 __all__ = ["JsonlOptions", "parse_jsonl_options"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.options import OptionInvalid, OptionType, Where, load_options, option
+from rmqk.spi.options import OptionInvalid, OptionType, Where, load_options, option
 
 __all__ = ["PythonSinkOptions", "parse_python_sink_options"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.options import OptionInvalid, OptionType, Where, load_options, option
+from rmqk.spi.options import OptionInvalid, OptionType, Where, load_options, option
 
 __all__ = ["SqliteOptions", "parse_sqlite_options"]
 

@@ -187,7 +187,7 @@ async def produce_orders(
     group: str = "rmqk-demo-producer",
 ) -> ProduceResult:
     """Send ``count`` order events; each order's events go to one queue, in order."""
-    from rmqk.engine.producer import AsyncProducer
+    from rmqk import AsyncProducer
     from rmqk.model import java_string_hash
     from rmqk.model.message import Message, MessageProperty
 

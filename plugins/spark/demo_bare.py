@@ -24,7 +24,7 @@ async def bare_consume_rate(
     broker a check per message, which ``"*"`` does not), the same machine,
     minutes apart at most.
     """
-    from rmqk.engine.consumer import AsyncPushConsumer
+    from rmqk import AsyncPushConsumer
 
     done = asyncio.Event()
     got = [0]

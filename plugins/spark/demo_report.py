@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmqk.app.termchart import bar, bar_chart
 from rmqk.model.errors import RmqkError
+from rmqk.spi.termchart import bar, bar_chart
 
 if TYPE_CHECKING:
     from rmqk.plugins.spark.demo import ProduceResult
@@ -69,7 +69,7 @@ async def queue_offsets(
     namesrv_addr: str, group: str, topic: str
 ) -> dict[int, tuple[int, int | None]]:
     """Per queue id: the broker's max offset and the group's committed offset."""
-    from rmqk.pluginmanager import get_plugin_manager, registries
+    from rmqk.spi.registry import get_plugin_manager, registries
     from rmqk.spi.transport import TransportConfig
 
     transport = registries().transports.create(

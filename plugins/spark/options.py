@@ -19,7 +19,6 @@ import attrs
 
 from rmqk.model.errors import ConfigError
 from rmqk.model.namespace import check_namespace
-from rmqk.options import OptionInvalid, OptionType, Where, option, parse_options
 from rmqk.plugins.sinks.badbody import (
     BAD_BODY_ACTIONS,
     CORRUPT_RECORD_COLUMN,
@@ -28,6 +27,7 @@ from rmqk.plugins.sinks.badbody import (
     check_column_name,
 )
 from rmqk.plugins.spark.columns import COLUMN_NAMES
+from rmqk.spi.options import OptionInvalid, OptionType, Where, option, parse_options
 
 __all__ = [
     "BODY_FORMATS",

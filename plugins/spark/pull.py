@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import attrs
 
-from rmqk.engine.reader import OffsetsGoneError, RangeReader, ReaderSettings
+from rmqk import OffsetsGoneError, RangeReader, ReaderSettings
 from rmqk.model import MessageQueue, SubscriptionData
 from rmqk.model.errors import ClientError, RmqkError
 from rmqk.model.message import MessageExt

@@ -417,7 +417,7 @@ def _refuse_one_metastore_for_many_workers(options: SinkOptions) -> None:
     would fail every flush. A shared metastore (a Hive metastore service, or a Derby
     network server) is the user's own setting, and is not refused.
     """
-    from rmqk.app.workers import current_worker
+    from rmqk.spi.workers import current_worker
 
     worker = current_worker()
     if worker is None or worker.count < 2 or not options.table:

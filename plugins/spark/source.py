@@ -74,15 +74,12 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from rmqk.engine.reader import ReaderSettings
+from rmqk import ReaderSettings
 from rmqk.model import SubscriptionData, build_subscription
 from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.model.names import check_expression
 from rmqk.model.namespace import effective_namespace, wrap
-from rmqk.options import Where, parse_options
-from rmqk.options.client import ClientOptions
 from rmqk.options.plugin_choices import PluginChoice, check_plugin_names
-from rmqk.pluginmanager import registries
 from rmqk.plugins.spark.columns import messages_to_arrow, spark_schema
 from rmqk.plugins.spark.offsets import (
     OffsetSpec,
@@ -94,8 +91,10 @@ from rmqk.plugins.spark.offsets import (
 )
 from rmqk.plugins.spark.options import SourceOptionTable
 from rmqk.plugins.spark.pull import BrokerReader, DataLossError, QueueInfo
+from rmqk.spi.client_options import ClientOptions
 from rmqk.spi.consume import factory_option_specs
-from rmqk.spi.options import plugin_option_problems
+from rmqk.spi.options import Where, parse_options, plugin_option_problems
+from rmqk.spi.registry import registries
 
 # PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
 # Python sources; 4.0 and 4.1 have neither.

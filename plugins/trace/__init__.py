@@ -20,10 +20,10 @@ import threading
 from typing import Any
 
 from rmqk.model.namespace import unwrap
-from rmqk.options.client import AccessChannel, ClientOptions
 from rmqk.plugins.trace.dispatcher import RMQ_SYS_TRACE_TOPIC, AsyncTraceDispatcher
 from rmqk.plugins.trace.hooks import TracedClient, TraceRuntime
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode, encode
+from rmqk.spi.client_options import AccessChannel, ClientOptions
 from rmqk.spi.contexts import ClientContext, ClientRole
 from rmqk.spi.hookspecs import hookimpl
 
@@ -115,7 +115,7 @@ async def rmqk_client_started(context: ClientContext) -> None:
         log.warning("the trace dispatcher of %s did not start, no traces: %s", context.group, exc)
         return
     table[context.group] = TracedClient(dispatcher, context.namespace, cloud)
-    from rmqk.pluginmanager import get_plugin_manager
+    from rmqk.spi.registry import get_plugin_manager
 
     manager = get_plugin_manager()
     with _lock:
@@ -133,7 +133,7 @@ async def rmqk_client_shutdown(context: ClientContext) -> None:
     if traced.clients > 0:
         return
     del table[context.group]
-    from rmqk.pluginmanager import get_plugin_manager
+    from rmqk.spi.registry import get_plugin_manager
 
     manager = get_plugin_manager()
     with _lock:

@@ -142,7 +142,7 @@ class AsyncTraceDispatcher:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        from rmqk.engine.producer import AsyncProducer
+        from rmqk import AsyncProducer
 
         producer = AsyncProducer(
             self.producer_group,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from rmqk.engine.reader import RangeReader, ReaderSettings
+from rmqk import RangeReader, ReaderSettings
 from rmqk.model.errors import ClientError, RemotingError
 from rmqk.model.message import MessageExt, MessageProperty
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode
