@@ -410,7 +410,7 @@ def test_a_dying_worker_is_restarted_after_doubling_delays_then_given_up_on(
         restart_delay=0.1, restart_delay_max=0.3, stable_after=10, give_up_after=5, stop_timeout=10
     )
     jobs = [WorkerJob(str(tmp_path / "gone.toml"), i) for i in worker_identities([("x", 1)])]
-    caplog.set_level(logging.WARNING, logger="rmqk.app.supervisor")
+    caplog.set_level(logging.WARNING, logger="rmqk.supervisor")
     assert Supervisor(jobs, settings).run() == 1
     delays = [
         float(m.group(1))

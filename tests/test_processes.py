@@ -383,7 +383,7 @@ def test_workers_do_not_wait_past_the_timeout_for_a_slow_sibling(
 ) -> None:
     supervisor, ends = _supervisor(2, timeout=0.0)
     supervisor._receive(supervisor.slots[0], WorkerReady(1))
-    with caplog.at_level(logging.WARNING, logger="rmqk.app.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="rmqk.supervisor"):
         supervisor._release()
     assert _told_to_go(ends[0]) and _told_to_go(ends[1])
     assert "worker x#1 not ready 0 s after launch; starting the others" in caplog.text

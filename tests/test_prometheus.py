@@ -276,7 +276,7 @@ def test_rmqk_run_serves_metrics_matching_the_consumed_count(broker: Any, tmp_pa
     time.sleep(0.2)
     records = [json.loads(line) for line in stderr.lines if line.startswith("{")]
     assert records and len(records) == len(stderr.lines)
-    started = [r for r in records if r["logger"] == "rmqk.app.runtime"]
+    started = [r for r in records if r["logger"] == "rmqk.runtime"]
     assert started and started[0]["message"].startswith("consumer metered (group g-metered)")
     assert any(r.get("group") == "g-metered" and r.get("topic") == "Metered" for r in records)
 

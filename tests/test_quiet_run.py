@@ -210,6 +210,6 @@ def test_start_and_stop_lines_of_two_worker_processes(broker: Any, tmp_path: Pat
     lines = _run_logged(config, tmp_path / "rmqk.log", tmp_path, 100).splitlines()
     assert len(lines) == 2, lines
     assert lines[0].endswith(
-        f"INFO rmqk.app.supervisor: running 1 consumer(s) from {config} as 2 worker processes"
+        f"INFO rmqk.supervisor: running 1 consumer(s) from {config} as 2 worker processes"
     ), lines
     assert lines[1].startswith("rmqk: orders: 100 consumed, 0 failed, by 2 worker processes")

@@ -269,7 +269,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 def _cmd_consume_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namesrv", required=True, help="name server address(es), ';'-separated")
     parser.add_argument("--topic", required=True)
-    from rmqk.app.consume_tool import from_arg, positive_int
+    from rmqk.app.consume_tool import from_arg
+    from rmqk.spi.commands import positive_int
 
     select = parser.add_mutually_exclusive_group()
     select.add_argument("--tags", default=None, help='tag expression, e.g. "TagA || TagB"')

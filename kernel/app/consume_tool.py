@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import sys
 import time
@@ -29,9 +27,10 @@ from rmqk.engine.startup import client_for, resolve_namesrv
 from rmqk.model import ExpressionType, MessageModel, MessageQueue, PullResult, build_subscription
 from rmqk.model.errors import ClientError, RmqkError
 from rmqk.model.message import MessageExt
+from rmqk.spi.commands import message_json
 from rmqk.spi.transport import Transport
 
-__all__ = ["consume", "from_arg", "message_json", "message_text", "parse_from", "positive_int"]
+__all__ = ["consume", "from_arg", "message_text", "parse_from"]
 
 log = logging.getLogger("rmqk.consume")
 
@@ -62,45 +61,12 @@ def parse_from(value: str) -> str | int:
     return int(when.timestamp() * 1000)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of 1 or more (a bad one is a usage error, exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer of 1 or more, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
 def from_arg(text: str) -> str | int:
     """An argparse type for ``--from``: :func:`parse_from`, its error a usage error."""
     try:
         return parse_from(text)
     except RmqkError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _body(body: bytes) -> dict[str, str]:
-    try:
-        return {"body": body.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"body": base64.b64encode(body).decode("ascii"), "body_encoding": "base64"}
-
-
-def message_json(msg: MessageExt) -> str:
-    """One JSON line under MessageExt's attribute names; a non-UTF-8 body is base64-encoded."""
-    obj: dict[str, object] = {
-        "topic": msg.topic,
-        "queue_id": msg.queue_id,
-        "queue_offset": msg.queue_offset,
-        "msg_id": msg.msg_id,
-        "tags": msg.tags,
-        "keys": msg.keys,
-        "properties": dict(msg.properties),
-        **_body(msg.body),
-    }
-    return json.dumps(obj, ensure_ascii=False)
 
 
 def message_text(msg: MessageExt) -> str:

@@ -28,7 +28,7 @@ __all__ = [
     "snapshot",
 ]
 
-log = logging.getLogger("rmqk.app.progress")
+log = logging.getLogger("rmqk.progress")
 
 
 @attrs.frozen

@@ -36,7 +36,7 @@ __all__ = [
     "widen_for_sink",
 ]
 
-log = logging.getLogger("rmqk.app.runtime")
+log = logging.getLogger("rmqk.runtime")
 
 # How long a stopping composed consumer waits for listener calls and sink writes under
 # way, unless its config sets await_termination_millis_when_shutdown. Java's default (0)

@@ -50,7 +50,7 @@ from rmqk.spi.workers import (
 
 __all__ = ["Supervisor", "SupervisorSettings", "worker_identities"]
 
-log = logging.getLogger("rmqk.app.supervisor")
+log = logging.getLogger("rmqk.supervisor")
 
 
 @attrs.frozen

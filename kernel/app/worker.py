@@ -46,7 +46,7 @@ from rmqk.spi.workers import (
 
 __all__ = ["WorkerJob", "worker_config", "worker_main"]
 
-log = logging.getLogger("rmqk.app.worker")
+log = logging.getLogger("rmqk.worker")
 
 # Seconds between two fetches of the brokers' max offsets (the lag), as the summary line.
 _LAG_INTERVAL = 5.0

@@ -79,7 +79,6 @@ from rmqk.model import SubscriptionData, build_subscription
 from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.model.names import check_expression
 from rmqk.model.namespace import effective_namespace, wrap
-from rmqk.options.plugin_choices import PluginChoice, check_plugin_names
 from rmqk.plugins.spark.columns import messages_to_arrow, spark_schema
 from rmqk.plugins.spark.offsets import (
     OffsetSpec,
@@ -94,7 +93,7 @@ from rmqk.plugins.spark.pull import BrokerReader, DataLossError, QueueInfo
 from rmqk.spi.client_options import ClientOptions
 from rmqk.spi.consume import factory_option_specs
 from rmqk.spi.options import Where, parse_options, plugin_option_problems
-from rmqk.spi.registry import registries
+from rmqk.spi.registry import PluginChoice, check_plugin_names, registries
 
 # PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
 # Python sources; 4.0 and 4.1 have neither.
