@@ -26,7 +26,8 @@ from cli_support import module_broker, produce, rmqk, start_rmqk
 
 from rmqk.app.supervisor import Supervisor, SupervisorSettings, worker_identities
 from rmqk.app.worker import WorkerJob, _Pipe, _wait_for_go
-from rmqk.spi.workers import WorkerIdentity, WorkerReady, set_current_worker, worker_path
+from rmqk.app.worker_messages import WorkerReady
+from rmqk.spi.workers import WorkerIdentity, set_current_worker, worker_path
 
 pytestmark = pytest.mark.timeout(240)
 

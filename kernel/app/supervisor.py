@@ -39,14 +39,14 @@ from typing import IO, Any
 import attrs
 
 from rmqk.app.worker import WorkerJob, worker_main
-from rmqk.spi.workers import (
+from rmqk.app.worker_messages import (
     WorkerFailed,
     WorkerFigures,
-    WorkerIdentity,
     WorkerLog,
     WorkerReady,
     WorkerStarted,
 )
+from rmqk.spi.workers import WorkerIdentity
 
 __all__ = ["Supervisor", "SupervisorSettings", "worker_identities"]
 

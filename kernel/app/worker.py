@@ -34,15 +34,14 @@ from typing import Any
 
 import attrs
 
-from rmqk.spi.workers import (
+from rmqk.app.worker_messages import (
     WorkerFailed,
     WorkerFigures,
-    WorkerIdentity,
     WorkerLog,
     WorkerReady,
     WorkerStarted,
-    set_current_worker,
 )
+from rmqk.spi.workers import WorkerIdentity, set_current_worker
 
 __all__ = ["WorkerJob", "worker_config", "worker_main"]
 

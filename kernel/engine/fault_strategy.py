@@ -22,6 +22,9 @@ import attrs
 
 from rmqk.model import MessageQueue
 
+# Java's defaults, declared with the producer's options they are the defaults of.
+from rmqk.options.producer import DEFAULT_LATENCY_MAX, DEFAULT_NOT_AVAILABLE_DURATION
+
 __all__ = [
     "DEFAULT_LATENCY_MAX",
     "DEFAULT_NOT_AVAILABLE_DURATION",
@@ -32,8 +35,6 @@ __all__ = [
     "TopicPublishInfo",
 ]
 
-DEFAULT_LATENCY_MAX: tuple[int, ...] = (50, 100, 550, 1000, 2000, 3000, 15000)
-DEFAULT_NOT_AVAILABLE_DURATION: tuple[int, ...] = (0, 0, 30000, 60000, 120000, 180000, 600000)
 # A failed send is judged as if it had taken this long (updateFaultItem's isolation).
 ISOLATION_LATENCY_MS = 30000
 

@@ -10,15 +10,20 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from rmqk.engine.fault_strategy import DEFAULT_LATENCY_MAX, DEFAULT_NOT_AVAILABLE_DURATION
 from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.spi.options import OptionType, option
 from rmqk.wire.protocol import ResponseCode
 
 __all__ = [
+    "DEFAULT_LATENCY_MAX",
+    "DEFAULT_NOT_AVAILABLE_DURATION",
     "DEFAULT_RETRY_RESPONSE_CODES",
     "ProducerOptions",
 ]
+
+# MQFaultStrategy's latencyMax and notAvailableDuration (4.9.8), in milliseconds.
+DEFAULT_LATENCY_MAX: tuple[int, ...] = (50, 100, 550, 1000, 2000, 3000, 15000)
+DEFAULT_NOT_AVAILABLE_DURATION: tuple[int, ...] = (0, 0, 30000, 60000, 120000, 180000, 600000)
 
 # DefaultMQProducer.retryResponseCodes: what a synchronous send retries; any other
 # broker answer that is not a send status fails the send at once.
