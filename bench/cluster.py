@@ -202,7 +202,7 @@ class Cluster:
     async def create_topic(self, topic: str, queues: int, timeout: float = 30.0) -> None:
         """Create ``topic`` with ``queues`` read and write queues on every master broker,
         and wait until the name server's route shows them."""
-        from rmqk.plugins.broker.admin_client import AdminClient
+        from rmqk.plugins.admin.admin_client import AdminClient
 
         async with AdminClient(self.namesrv_addr, timeout=5.0) as admin:
             masters = [b.master for b in await admin.masters() if b.master is not None]

@@ -9,7 +9,7 @@ import struct
 import pytest
 from test_broker_support import RawClient
 
-from rmqk.plugins.broker import jsonwire
+from rmqk.wire import jsonwire
 from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)

@@ -495,7 +495,7 @@ def test_rmqk_admin_signs_and_uses_tls(
 async def test_the_admin_client_takes_its_own_account_and_tls(
     pki: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rmqk.plugins.broker.admin_client import AdminClient
+    from rmqk.plugins.admin.admin_client import AdminClient
 
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     acl_path = tmp_path / "plain_acl.toml"

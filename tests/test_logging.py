@@ -31,9 +31,9 @@ PRINTING_MODULES = {
     "kernel/app/cli.py",
     "kernel/app/produce_tool.py",
     "kernel/hookcalls.py",  # RMQK_TRACE_PLUGINS prints hook calls, as datasette does
-    "plugins/broker/admin_cli.py",  # the rmqk admin command
-    "plugins/broker/dlq.py",  # rmqk admin dlq
-    "plugins/broker/reset_offset.py",  # rmqk admin consumer reset-offset
+    "plugins/admin/admin_cli.py",  # the rmqk admin command
+    "plugins/admin/dlq.py",  # rmqk admin dlq
+    "plugins/admin/reset_offset.py",  # rmqk admin consumer reset-offset
     "plugins/broker/cli.py",
     "plugins/spark/demo.py",
     "plugins/status/__init__.py",

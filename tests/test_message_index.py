@@ -25,8 +25,8 @@ from rmqk.engine.producer import AsyncProducer
 from rmqk.model import SendResult
 from rmqk.model.errors import RmqkError
 from rmqk.model.message import Message, decode_offset_msg_id, format_properties, offset_msg_id
+from rmqk.plugins.admin.admin_client import LONG_MAX, AdminClient, MessageIdKind
 from rmqk.plugins.broker import connection
-from rmqk.plugins.broker.admin_client import LONG_MAX, AdminClient, MessageIdKind
 from rmqk.plugins.broker.config_file import BrokerFileConfig, read_broker_config
 from rmqk.plugins.broker.store import MessageStore
 from rmqk.plugins.broker.store.index import IndexConfig

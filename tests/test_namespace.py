@@ -242,7 +242,7 @@ def _push(group: str, broker: Any, **options: Any) -> AsyncPushConsumer:
 
 
 async def _topics(broker: Any) -> list[str]:
-    from rmqk.plugins.broker.admin_client import AdminClient
+    from rmqk.plugins.admin.admin_client import AdminClient
 
     async with AdminClient(broker.namesrv_addr) as admin:
         return await admin.topic_names()
@@ -250,7 +250,7 @@ async def _topics(broker: Any) -> list[str]:
 
 async def _connections(broker: Any, group: str) -> int:
     """GET_CONSUMER_CONNECTION_LIST's answer code for ``group``."""
-    from rmqk.plugins.broker.admin_client import AdminClient
+    from rmqk.plugins.admin.admin_client import AdminClient
 
     async with AdminClient(broker.namesrv_addr) as admin:
         response = await admin.invoke(
@@ -301,7 +301,7 @@ async def test_namespaced_producer_and_consumer_exchange_messages(broker: Any) -
             assert await _connections(broker, "GID_orders") == ResponseCode.CONSUMER_NOT_ONLINE
             # Offsets are committed under the wrapped group and topic.
             await consumer.persist_consumer_offset()
-            from rmqk.plugins.broker.admin_client import AdminClient
+            from rmqk.plugins.admin.admin_client import AdminClient
 
             async with AdminClient(broker.namesrv_addr) as admin:
                 rows = await admin.consumer_progress("ns1%GID_orders", "ns1%Orders")

@@ -8,8 +8,8 @@ import json
 import pytest
 from test_broker_cli import _commit, _produce, _run
 
-from rmqk.plugins.broker.admin_client import AdminClient
-from rmqk.plugins.broker.reset_offset import reset_offset
+from rmqk.plugins.admin.admin_client import AdminClient
+from rmqk.plugins.admin.reset_offset import reset_offset
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -267,7 +267,7 @@ def test_timestamps_are_epoch_milliseconds_or_iso_8601_local_without_a_zone():
     import datetime
 
     from rmqk.model.errors import RmqkError
-    from rmqk.plugins.broker.reset_offset import parse_timestamp
+    from rmqk.plugins.admin.reset_offset import parse_timestamp
 
     assert parse_timestamp("1700000000123") == 1700000000123
     assert parse_timestamp("2020-01-01T00:00:00+00:00") == 1577836800000

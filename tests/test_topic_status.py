@@ -16,8 +16,8 @@ import pytest
 from test_broker_support import RawClient
 
 from rmqk.app.cli import main
+from rmqk.plugins.admin.admin_client import AdminClient, TopicQueueStatus, decode_topic_stats
 from rmqk.plugins.broker import EmbeddedBroker
-from rmqk.plugins.broker.admin_client import AdminClient, TopicQueueStatus, decode_topic_stats
 from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(90)
@@ -107,7 +107,7 @@ def test_each_queue_shows_its_offsets_and_last_store_time(broker_thread, capsys)
 
 
 def test_the_command_example_runs(broker_thread, capsys):
-    from rmqk.plugins.broker.admin_cli import ADMIN_COMMAND
+    from rmqk.plugins.admin.admin_cli import ADMIN_COMMAND
 
     (example,) = [e for e in ADMIN_COMMAND.examples if " topic status " in e]
     _fill(broker_thread, "Orders")

@@ -42,6 +42,7 @@ __all__ = [
     "TopicRouteData",
     "build_subscription",
     "java_string_hash",
+    "perm_to_string",
 ]
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
@@ -53,6 +54,15 @@ MASTER_ID = 0
 PERM_INHERIT = 0x1
 PERM_WRITE = 0x2
 PERM_READ = 0x4
+
+
+def perm_to_string(perm: int) -> str:
+    """PermName.perm2String: ``RWX`` with ``-`` for a missing bit."""
+    return (
+        ("R" if perm & PERM_READ else "-")
+        + ("W" if perm & PERM_WRITE else "-")
+        + ("X" if perm & PERM_INHERIT else "-")
+    )
 
 
 class MessageModel(enum.Enum):

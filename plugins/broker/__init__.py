@@ -17,7 +17,7 @@ From synchronous code::
     with EmbeddedBroker.run_in_thread(tmp_path, namesrv_port=0, broker_port=0) as handle:
         ... handle.namesrv_addr ...
 
-The plugin registers the ``rmqk broker`` and ``rmqk admin`` commands.
+The plugin registers the ``rmqk broker`` command (``rmqk admin`` is the ``admin`` plugin).
 """
 
 from __future__ import annotations
@@ -582,8 +582,6 @@ class BrokerThread:
 
 @hookimpl
 def rmqk_register_commands(register: Register) -> None:
-    from rmqk.plugins.broker.admin_cli import ADMIN_COMMAND
     from rmqk.plugins.broker.cli import BROKER_COMMAND
 
     register("broker", BROKER_COMMAND)
-    register("admin", ADMIN_COMMAND)

@@ -536,8 +536,8 @@ def _resources(request: RemotingCommand) -> dict[str, int]:
 
 
 def _heartbeat_subscriptions(body: bytes) -> list[tuple[str, list[str]]]:
-    from rmqk.plugins.broker import jsonwire
     from rmqk.plugins.broker.clients import parse_heartbeat
+    from rmqk.wire import jsonwire
 
     try:
         heartbeat = parse_heartbeat(jsonwire.loads(body))

@@ -27,7 +27,7 @@ from rmqk.model import (
     MessageModel,
     SubscriptionData,
 )
-from rmqk.plugins.broker.jsonwire import as_list
+from rmqk.wire.jsonwire import as_list
 
 __all__ = [
     "ChannelLike",

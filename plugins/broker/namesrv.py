@@ -23,10 +23,10 @@ from typing import Any
 
 import attrs
 
-from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.commands import FAQ_SUFFIX, Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.server import RemotingServer
+from rmqk.wire import jsonwire
 from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["NameServer", "RouteInfoManager", "TopicQueueConfig"]

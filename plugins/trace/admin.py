@@ -23,7 +23,7 @@ from rmqk.plugins.trace.lookup import TraceView, find_trace_messages, trace_view
 from rmqk.plugins.trace.records import TraceType
 
 if TYPE_CHECKING:
-    from rmqk.plugins.broker.admin_client import AdminClient
+    from rmqk.plugins.admin.admin_client import AdminClient
 
 __all__ = ["add_trace_arguments", "admin_trace", "trace_report"]
 

@@ -22,7 +22,7 @@ from rmqk.model.message import MessageExt, MessageProperty
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode
 
 if TYPE_CHECKING:
-    from rmqk.plugins.broker.admin_client import BrokerInfo, QueryResult
+    from rmqk.plugins.admin.admin_client import BrokerInfo, QueryResult
 
 __all__ = ["TraceView", "find_trace_messages", "trace_views"]
 
@@ -93,7 +93,7 @@ async def _query_index(
 
     The name servers are tried in turn, as a client fails over between them.
     """
-    from rmqk.plugins.broker.admin_client import AdminClient
+    from rmqk.plugins.admin.admin_client import AdminClient
 
     unreachable: list[str] = []
     for addr in addrs:

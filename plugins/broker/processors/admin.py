@@ -13,7 +13,6 @@ from typing import Any
 
 from rmqk.model import MessageQueue
 from rmqk.model.message import decode_offset_msg_id
-from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.clients import ClientChannelInfo
 from rmqk.plugins.broker.commands import HeaderError, Headers, make_request, make_response
 from rmqk.plugins.broker.connection import Connection
@@ -21,6 +20,7 @@ from rmqk.plugins.broker.processors.broker2client import call_client, reset_offs
 from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import save_topic, validate_topic
 from rmqk.plugins.broker.store.topics import TopicConfig
+from rmqk.wire import jsonwire
 from rmqk.wire.bodies import subscription_json
 from rmqk.wire.protocol import RemotingCommand, ResponseCode
 

@@ -13,13 +13,13 @@ import logging
 from collections.abc import Awaitable
 
 from rmqk.model import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
-from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.clients import ClientChannelInfo, HeartbeatInfo, parse_heartbeat
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.filtering import check_subscription
 from rmqk.plugins.broker.processors.context import Processor
 from rmqk.plugins.broker.processors.topics import add_retry_topics, validate_group
+from rmqk.wire import jsonwire
 from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["ClientManageProcessor"]

@@ -5,10 +5,10 @@ Answers QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET as Apache 4.9.8 does.
 
 from __future__ import annotations
 
-from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.broker.commands import Headers, make_response
 from rmqk.plugins.broker.connection import Connection
 from rmqk.plugins.broker.processors.context import Processor
+from rmqk.wire import jsonwire
 from rmqk.wire.protocol import RemotingCommand, ResponseCode
 
 __all__ = ["ConsumerManageProcessor"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE
+from rmqk.model import PERM_INHERIT, PERM_READ, PERM_WRITE, perm_to_string
 from rmqk.plugins.broker.processors.context import BrokerContext
 from rmqk.plugins.broker.store.topics import TopicConfig
 
@@ -32,15 +32,6 @@ AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 _VALID_NAME_CHARS = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-def perm_to_string(perm: int) -> str:
-    """PermName.perm2String: ``RWX`` with ``-`` for a missing bit."""
-    return (
-        ("R" if perm & PERM_READ else "-")
-        + ("W" if perm & PERM_WRITE else "-")
-        + ("X" if perm & PERM_INHERIT else "-")
-    )
 
 
 def topic_config_string(cfg: TopicConfig) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import attrs
 
 from rmqk.model.errors import BrokerError, RmqkError
-from rmqk.plugins.broker.admin_client import AdminClient, BrokerInfo
+from rmqk.plugins.admin.admin_client import AdminClient, BrokerInfo
 from rmqk.wire.bodies import decode_reset_offset
 from rmqk.wire.protocol import RequestCode, ResponseCode
 

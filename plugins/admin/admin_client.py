@@ -17,10 +17,10 @@ import attrs
 from rmqk.model import RETRY_GROUP_TOPIC_PREFIX
 from rmqk.model.errors import BrokerError, ConfigError, RemotingError, RmqkError
 from rmqk.model.message import MessageExt, MessageProperty, decode_offset_msg_id
-from rmqk.plugins.broker import jsonwire
 from rmqk.plugins.remoting import acl
 from rmqk.spi.client_options import CLIENT_OPTIONS, ClientOptions, resolve_client_options
 from rmqk.spi.options import Where
+from rmqk.wire import jsonwire
 from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 from rmqk.wire.tls import client_ssl_context, server_hostname
 
@@ -446,11 +446,11 @@ class AdminClient:
         queue: int | None = None,
         dry_run: bool = False,
     ) -> list[Any]:
-        """mqadmin resetOffsetByTime and its kin: see :mod:`rmqk.plugins.broker.reset_offset`.
+        """mqadmin resetOffsetByTime and its kin: see :mod:`rmqk.plugins.admin.reset_offset`.
 
         Returns one ``OffsetReset`` (queue, offset before, after) per queue touched.
         """
-        from rmqk.plugins.broker.reset_offset import reset_offset
+        from rmqk.plugins.admin.reset_offset import reset_offset
 
         return list(
             await reset_offset(

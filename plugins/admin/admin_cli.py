@@ -22,8 +22,8 @@ from rmqk.model import PERM_READ, PERM_WRITE
 from rmqk.model.errors import BrokerError, RemotingError, RmqkError
 from rmqk.model.message import MessageExt
 from rmqk.model.namespace import check_namespace, namespace_of, wrap
-from rmqk.plugins.broker.admin_client import LONG_MAX, AdminClient, MessageIdKind, TopicInfo
-from rmqk.plugins.broker.dlq import add_dlq_arguments
+from rmqk.plugins.admin.admin_client import LONG_MAX, AdminClient, MessageIdKind, TopicInfo
+from rmqk.plugins.admin.dlq import add_dlq_arguments
 from rmqk.spi.commands import Command
 
 __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
@@ -39,7 +39,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def _perm_text(perm: int) -> str:
-    from rmqk.plugins.broker.processors import perm_to_string
+    from rmqk.model import perm_to_string
 
     return perm_to_string(perm)
 
@@ -420,7 +420,7 @@ def _admin_args(parser: argparse.ArgumentParser) -> None:
     progress.add_argument("--topic", "-t", default=None, help="only this topic")
     _namespace_arg(progress, "GROUP and --topic are taken as the namespace's clients name them")
     progress.set_defaults(_admin=_admin_consumer_progress)
-    from rmqk.plugins.broker.reset_offset import add_reset_arguments, run_reset
+    from rmqk.plugins.admin.reset_offset import add_reset_arguments, run_reset
 
     reset = consumer_sub.add_parser(
         "reset-offset", help="move a group's offsets on a topic to a time, an end or an offset"
