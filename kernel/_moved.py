@@ -59,7 +59,7 @@ MOVED: dict[str, str] = {
     "rmqk.subscription_table": "rmqk.options.subscription",
     "rmqk.summary_line": "rmqk.app.summary_line",
     "rmqk.supervisor": "rmqk.app.supervisor",
-    "rmqk.termchart": "rmqk.spi.termchart",
+    "rmqk.termchart": "rmqk.app.termchart",
     "rmqk.transport": "rmqk.spi.transport",
     "rmqk.uniq_id": "rmqk.model.uniq_id",
     "rmqk.worker": "rmqk.app.worker",

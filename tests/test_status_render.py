@@ -7,11 +7,11 @@ import datetime
 import json
 from typing import Any
 
+from rmqk.app.termchart import bar, bar_chart, progress_line, sparkline, use_unicode
 from rmqk.model import MessageQueue
 from rmqk.model.errors import BrokerError
 from rmqk.plugins.status.collect import GroupStatus, QueueStatus, group_status
 from rmqk.plugins.status.watch import LagHistory, format_watch, lag_line
-from rmqk.spi.termchart import bar, bar_chart, progress_line, sparkline, use_unicode
 from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
 
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rmqk.app.termchart import bar, bar_chart
 from rmqk.model.errors import RmqkError
-from rmqk.spi.termchart import bar, bar_chart
 
 if TYPE_CHECKING:
     from rmqk.plugins.spark.demo import ProduceResult

@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from rmqk.app.termchart import use_unicode
 from rmqk.model import MessageQueue
 from rmqk.model.errors import RmqkError
 from rmqk.model.namespace import check_namespace, effective_namespace, wrap
@@ -30,7 +31,6 @@ from rmqk.plugins.status.collect import ClientStatus, GroupStatus, QueueStatus, 
 from rmqk.plugins.status.watch import CLEAR_SCREEN, LagHistory, format_watch
 from rmqk.spi.commands import Command
 from rmqk.spi.hookspecs import Register, hookimpl
-from rmqk.spi.termchart import use_unicode
 from rmqk.spi.transport import Credentials, TlsConfig, Transport
 
 __all__ = ["STATUS_COMMAND", "format_status", "rmqk_register_commands", "status_json"]

@@ -11,8 +11,8 @@ import datetime
 from collections import deque
 from collections.abc import Sequence
 
+from rmqk.app.termchart import sparkline
 from rmqk.plugins.status.collect import GroupStatus
-from rmqk.spi.termchart import sparkline
 
 __all__ = ["CLEAR_SCREEN", "LagHistory", "format_watch", "lag_line"]
 
