@@ -229,3 +229,15 @@ def test_no_import_cycle_among_module_level_imports() -> None:
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_kernel_proper_stays_small_enough_to_read_in_a_sitting() -> None:
+    """rmqk.spi + rmqk.model + the plugin manager: what a plugin author reads (issue 26)."""
+    files = [
+        *(ROOT / "kernel" / "spi").glob("*.py"),
+        *(ROOT / "kernel" / "model").glob("*.py"),
+        ROOT / "kernel" / "pluginmanager.py",
+        ROOT / "kernel" / "hookcalls.py",
+    ]
+    lines = sum(len(path.read_text().splitlines()) for path in files)
+    assert lines < 5000, f"the kernel proper has grown to {lines} lines"
