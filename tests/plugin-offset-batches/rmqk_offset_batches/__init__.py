@@ -16,7 +16,7 @@ from typing import Any
 from rmqk import hookimpl
 from rmqk.model import ConsumeStatus, MessageQueue
 from rmqk.model.message import MessageExt
-from rmqk.options import OptionSpec, OptionType
+from rmqk.spi.options import OptionSpec, OptionType
 from rmqk.spi.consume import ConsumeHost, QueueView
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
