@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from rmqk.engine.listener import ListenerOutcome
 from rmqk.model import MessageQueue
 from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions
 from rmqk.plugins.consume.backlog import Chunk
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
+from rmqk.spi.consume import ListenerOutcome
 from rmqk.spi.contexts import ConsumeMessageContext
 
 pytestmark = pytest.mark.timeout(30)

@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from rmqk.engine.listener import ConsumeConcurrentlyContext
 from rmqk.model import MessageQueue
 from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions
 from rmqk.plugins.consume.backlog import Chunk
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
+from rmqk.spi.consume import ConsumeConcurrentlyContext
 
 pytestmark = pytest.mark.timeout(60)
 

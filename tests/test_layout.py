@@ -67,9 +67,6 @@ KNOWN_EDGES: dict[tuple[str, str], str] = {
     ("rmqk.plugins.spark", "rmqk.app"): "rmqk demo composes and runs a consumer file as rmqk run",
     ("rmqk.plugins.status", "rmqk.app"): "rmqk status reads a consumer file as rmqk run does",
     ("rmqk.plugins.prometheus", "rmqk.app"): "the metrics read the progress snapshot of rmqk run",
-    ("rmqk.plugins.consume", "rmqk.engine"): (
-        "the consume services take the listener contexts from the engine (to move into rmqk.spi)"
-    ),
 }
 
 
@@ -146,12 +143,10 @@ def test_no_plugin_imports_the_engine_or_the_app_outside_the_known_edges() -> No
         ("rmqk.plugins.spark", "rmqk.app"),
         ("rmqk.plugins.status", "rmqk.app"),
         ("rmqk.plugins.prometheus", "rmqk.app"),
-        ("rmqk.plugins.consume", "rmqk.engine"),
     }
 
 
-# The consume contract still takes its outcome type from the engine's listener module.
-KNOWN_CONTRACT_EDGES = {("rmqk.spi.consume", "rmqk.engine.listener")}
+KNOWN_CONTRACT_EDGES: set[tuple[str, str]] = set()
 
 
 def test_the_contracts_model_and_wire_never_import_the_engine_or_the_app() -> None:

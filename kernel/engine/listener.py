@@ -21,13 +21,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
-
 from rmqk.engine.pool import ResizablePool
 from rmqk.model import MessageQueue
 from rmqk.model.errors import ClientError
 from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import call_event_hook, hook_has_impls
+from rmqk.spi.consume import (
+    JAVA_INT_MAX,
+    ConsumeConcurrentlyContext,
+    ConsumeOrderlyContext,
+    ListenerOutcome,
+)
 from rmqk.spi.contexts import ConsumeMessageContext
 
 __all__ = [
@@ -42,45 +46,8 @@ __all__ = [
 
 log = logging.getLogger("rmqk.engine.listener")
 
-JAVA_INT_MAX = 2**31 - 1
 # How often repeats of a listener failure already logged are summed up in one line.
 REPEAT_REPORT_INTERVAL_S = 60.0
-
-
-@attrs.define
-class ConsumeConcurrentlyContext:
-    """Handed to concurrent listeners; they may set ``ack_index`` and the retry delay."""
-
-    queue: MessageQueue
-    ack_index: int = JAVA_INT_MAX
-    delay_level_when_next_consume: int = 0
-
-
-@attrs.define
-class ConsumeOrderlyContext:
-    queue: MessageQueue
-    auto_commit: bool = True
-    suspend_current_queue_time_millis: int = -1
-
-
-class ListenerOutcome:
-    """What one listener call produced.
-
-    A plain slotted class, not attrs: one is made per listener call on the hot path.
-    """
-
-    __slots__ = ("duration_ms", "exception", "status")
-
-    def __init__(self, status: Any, exception: BaseException | None, duration_ms: float) -> None:
-        self.status = status  # the listener's return value (None, an enum member or its name)
-        self.exception = exception
-        self.duration_ms = duration_ms
-
-    def __repr__(self) -> str:
-        return (
-            f"ListenerOutcome(status={self.status!r}, exception={self.exception!r}, "
-            f"duration_ms={self.duration_ms:.3f})"
-        )
 
 
 class FailureLog:

@@ -21,6 +21,7 @@ from itertools import repeat
 from operator import attrgetter, is_not
 
 from rmqk.model.message import MessageExt
+from rmqk.spi.consume import REBALANCE_LOCK_INTERVAL_MS
 from rmqk.spi.extensions import extensions_disabled
 from rmqk.spi.transport import ProcessQueueInfo
 
@@ -35,8 +36,6 @@ __all__ = [
 PULL_MAX_IDLE_MS = 120_000
 # rocketmq.client.rebalance.lockMaxLiveTime: a broker lock older than this is treated as lost.
 REBALANCE_LOCK_MAX_LIVE_MS = 30_000
-# rocketmq.client.rebalance.lockInterval: how often orderly consumers renew their locks.
-REBALANCE_LOCK_INTERVAL_MS = 20_000
 
 
 _OFFSET = attrgetter("queue_offset")

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from rmqk.engine.listener import ListenerOutcome
+import attrs
+
 from rmqk.model import MessageModel, MessageQueue
 from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.model.message import MessageExt
@@ -34,12 +35,17 @@ from rmqk.spi.contexts import ConsumeMessageContext
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 __all__ = [
+    "JAVA_INT_MAX",
     "OPTIONS_TABLE",
+    "REBALANCE_LOCK_INTERVAL_MS",
+    "ConsumeConcurrentlyContext",
     "ConsumeHost",
     "ConsumeListener",
+    "ConsumeOrderlyContext",
     "ConsumeService",
     "ConsumeServiceFactory",
     "ConsumeStats",
+    "ListenerOutcome",
     "QueueView",
     "factory_option_specs",
     "parse_service_options",
@@ -47,6 +53,46 @@ __all__ = [
 
 OPTIONS_TABLE = "consume_service_options"
 _WHERE = "<options>"
+
+JAVA_INT_MAX = 2**31 - 1
+# rocketmq.client.rebalance.lockInterval: how often orderly consumers renew their locks.
+REBALANCE_LOCK_INTERVAL_MS = 20_000
+
+
+@attrs.define
+class ConsumeConcurrentlyContext:
+    """Handed to concurrent listeners; they may set ``ack_index`` and the retry delay."""
+
+    queue: MessageQueue
+    ack_index: int = JAVA_INT_MAX
+    delay_level_when_next_consume: int = 0
+
+
+@attrs.define
+class ConsumeOrderlyContext:
+    queue: MessageQueue
+    auto_commit: bool = True
+    suspend_current_queue_time_millis: int = -1
+
+
+class ListenerOutcome:
+    """What one listener call produced.
+
+    A plain slotted class, not attrs: one is made per listener call on the hot path.
+    """
+
+    __slots__ = ("duration_ms", "exception", "status")
+
+    def __init__(self, status: Any, exception: BaseException | None, duration_ms: float) -> None:
+        self.status = status  # the listener's return value (None, an enum member or its name)
+        self.exception = exception
+        self.duration_ms = duration_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"ListenerOutcome(status={self.status!r}, exception={self.exception!r}, "
+            f"duration_ms={self.duration_ms:.3f})"
+        )
 
 
 class QueueView(Protocol):

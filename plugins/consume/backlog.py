@@ -18,10 +18,9 @@ import contextlib
 from collections import deque
 from typing import Generic, TypeVar
 
-from rmqk.engine.listener import ConsumeConcurrentlyContext
 from rmqk.model import MessageQueue
 from rmqk.model.message import MessageExt
-from rmqk.spi.consume import QueueView
+from rmqk.spi.consume import ConsumeConcurrentlyContext, QueueView
 
 __all__ = ["Backlog", "Chunk"]
 

@@ -18,7 +18,6 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from rmqk.engine.listener import ConsumeConcurrentlyContext, ListenerOutcome
 from rmqk.model import ConsumeStatus, MessageModel, MessageQueue
 from rmqk.model.errors import SinkHalted
 from rmqk.model.message import MessageExt
@@ -27,7 +26,7 @@ from rmqk.plugins.consume.direct import consume_concurrently_directly
 from rmqk.plugins.consume.expired import clean_expired_loop, clean_expired_messages
 from rmqk.plugins.consume.status import concurrent_status, describe_outcome
 from rmqk.plugins.consume.tasks import cancel_all, spawn
-from rmqk.spi.consume import ConsumeHost, QueueView
+from rmqk.spi.consume import ConsumeConcurrentlyContext, ConsumeHost, ListenerOutcome, QueueView
 from rmqk.spi.contexts import ConsumeMessageContext
 from rmqk.spi.options import OptionSpec
 from rmqk.spi.transport import ConsumeMessageDirectlyResult

@@ -7,11 +7,10 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from rmqk.engine.listener import ConsumeConcurrentlyContext
 from rmqk.model import ConsumeStatus, MessageQueue
 from rmqk.model.message import MessageExt
 from rmqk.plugins.consume.status import normalize_status
-from rmqk.spi.consume import ConsumeHost
+from rmqk.spi.consume import ConsumeConcurrentlyContext, ConsumeHost
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 __all__ = ["CONCURRENT_RESULTS", "consume_concurrently_directly", "consume_directly"]

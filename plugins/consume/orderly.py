@@ -15,15 +15,18 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from rmqk.engine.listener import ConsumeOrderlyContext
-from rmqk.engine.process_queue import REBALANCE_LOCK_INTERVAL_MS
 from rmqk.model import ConsumeOrderlyStatus, MessageModel, MessageQueue
 from rmqk.model.errors import SinkHalted
 from rmqk.model.message import MessageExt
 from rmqk.plugins.consume.direct import consume_directly
 from rmqk.plugins.consume.status import read_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
-from rmqk.spi.consume import ConsumeHost, QueueView
+from rmqk.spi.consume import (
+    REBALANCE_LOCK_INTERVAL_MS,
+    ConsumeHost,
+    ConsumeOrderlyContext,
+    QueueView,
+)
 from rmqk.spi.options import JAVA_INT_MAX, OptionSpec, OptionType
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rmqk.model import ConsumeStatus
 
 if TYPE_CHECKING:
-    from rmqk.engine.listener import ListenerOutcome
-    from rmqk.spi.consume import ConsumeHost
+    from rmqk.spi.consume import ConsumeHost, ListenerOutcome
     from rmqk.spi.contexts import ConsumeMessageContext
 
 __all__ = ["concurrent_status", "describe_outcome", "normalize_status", "read_status"]

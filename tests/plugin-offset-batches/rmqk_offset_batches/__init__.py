@@ -16,8 +16,8 @@ from typing import Any
 from rmqk import hookimpl
 from rmqk.model import ConsumeStatus, MessageQueue
 from rmqk.model.message import MessageExt
-from rmqk.spi.options import OptionSpec, OptionType
 from rmqk.spi.consume import ConsumeHost, QueueView
+from rmqk.spi.options import OptionSpec, OptionType
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 _SUCCESS = (None, True, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.CONSUME_SUCCESS.value)
