@@ -27,7 +27,7 @@ from rmqk.engine.startup import client_for, resolve_namesrv
 from rmqk.model import ExpressionType, MessageModel, MessageQueue, PullResult, build_subscription
 from rmqk.model.errors import ClientError, RmqkError
 from rmqk.model.message import MessageExt
-from rmqk.spi.commands import message_json
+from rmqk.spi.commands import message_json, tls_client_options
 from rmqk.spi.transport import Transport
 
 __all__ = ["consume", "from_arg", "message_text", "parse_from"]
@@ -111,7 +111,9 @@ async def _anonymous(args: argparse.Namespace, printer: _Printer) -> None:
     from rmqk.options.consumer import validate_options
     from rmqk.spi.options import Where
 
-    options, problems = validate_options({"namesrv_addr": args.namesrv}, Where("rmqk consume"))
+    options, problems = validate_options(
+        {"namesrv_addr": args.namesrv, **tls_client_options(args)}, Where("rmqk consume")
+    )
     if problems:
         raise ClientError(str(problems[0]))
     client = client_for(options, MessageModel.CLUSTERING, resolve_namesrv(options))
@@ -201,7 +203,11 @@ async def _grouped(args: argparse.Namespace, printer: _Printer) -> None:
         where["consume_from_where"] = "CONSUME_FROM_TIMESTAMP"
         where["consume_timestamp"] = stamp.strftime("%Y%m%d%H%M%S")
     consumer = AsyncLitePullConsumer(
-        args.group, namesrv_addr=args.namesrv, auto_commit=False, **where
+        args.group,
+        namesrv_addr=args.namesrv,
+        auto_commit=False,
+        **where,
+        **tls_client_options(args),
     )
     expression, etype = _expression(args)
     consumer.subscribe(args.topic, expression, etype.value)

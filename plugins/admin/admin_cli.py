@@ -24,7 +24,7 @@ from rmqk.model.message import MessageExt
 from rmqk.model.namespace import check_namespace, namespace_of, wrap
 from rmqk.plugins.admin.admin_client import LONG_MAX, AdminClient, MessageIdKind, TopicInfo
 from rmqk.plugins.admin.dlq import add_dlq_arguments
-from rmqk.spi.commands import Command
+from rmqk.spi.commands import Command, add_tls_arguments, tls_client_options
 
 __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
 
@@ -340,25 +340,7 @@ def _admin_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, default=5.0, help="request timeout in seconds (default: 5)"
     )
-    # The client options use_tls and tls_* (ClientOptions); credentials come from
-    # RMQK_ACCESS_KEY / RMQK_SECRET_KEY, never from a command line that ps shows.
-    tls = parser.add_argument_group(
-        "TLS and ACL",
-        "Requests are signed with RMQK_ACCESS_KEY / RMQK_SECRET_KEY (and "
-        "RMQK_SECURITY_TOKEN) when set.",
-    )
-    tls.add_argument(
-        "--tls", action="store_true", dest="use_tls", help="connect over TLS (use_tls)"
-    )
-    tls.add_argument("--tls-ca-file", metavar="PEM", help="CA certificates to trust (tls_ca_file)")
-    tls.add_argument("--tls-cert-file", metavar="PEM", help="client certificate (tls_cert_file)")
-    tls.add_argument("--tls-key-file", metavar="PEM", help="its key (tls_key_file)")
-    tls.add_argument(
-        "--tls-no-verify",
-        action="store_false",
-        dest="tls_verify",
-        help="accept any broker certificate (tls_verify = false)",
-    )
+    add_tls_arguments(parser)
 
 
 def _namespace_arg(parser: argparse.ArgumentParser, what: str) -> None:
@@ -515,26 +497,7 @@ def _admin_run(args: argparse.Namespace) -> int:
 
     _check_values(args)
 
-    client_options = {
-        key: getattr(args, key)
-        for key, unset in (
-            ("use_tls", False),
-            ("tls_ca_file", None),
-            ("tls_cert_file", None),
-            ("tls_key_file", None),
-            ("tls_verify", True),
-        )
-        if getattr(args, key, unset) != unset
-    }
-
-    if client_options and args.admin_command == "trace":
-        # The trace lookup opens its own admin clients and reads the trace topic with a
-        # transport of its own, neither of which takes these options yet: refused, not
-        # silently sent in plain text.
-        raise RmqkError(
-            "rmqk admin trace does not take --tls, --tls-ca-file, --tls-cert-file, "
-            "--tls-key-file or --tls-no-verify yet"
-        )
+    client_options = tls_client_options(args)
 
     async def run() -> int:
         async with AdminClient(args.namesrv, timeout=args.timeout, **client_options) as client:

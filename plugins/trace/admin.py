@@ -62,7 +62,11 @@ async def _store_time(client: AdminClient, view: TraceView) -> tuple[int, bool]:
 async def trace_report(client: AdminClient, msg_id: str, trace_topic: str) -> dict[str, Any]:
     """The trace of ``msg_id`` as a JSON-ready dict: ``sent`` and ``consumed`` records."""
     messages = await find_trace_messages(
-        [client.namesrv_addr], trace_topic, msg_id, timeout_ms=int(client.timeout * 1000)
+        [client.namesrv_addr],
+        trace_topic,
+        msg_id,
+        timeout_ms=int(client.timeout * 1000),
+        client_options=client.client_options,
     )
     views = trace_views(msg_id, messages)
     sent: list[dict[str, Any]] = []

@@ -20,6 +20,7 @@ from rmqk import RangeReader, ReaderSettings
 from rmqk.model.errors import ClientError, RemotingError
 from rmqk.model.message import MessageExt, MessageProperty
 from rmqk.plugins.trace.records import TraceContext, TraceType, decode
+from rmqk.spi.client_options import ClientOptions
 
 if TYPE_CHECKING:
     from rmqk.plugins.admin.admin_client import BrokerInfo, QueryResult
@@ -59,13 +60,17 @@ async def find_trace_messages(
     *,
     timeout_ms: int = 5000,
     transport: str = "tcp",
+    client_options: ClientOptions | None = None,
 ) -> list[MessageExt]:
     """Every message of ``trace_topic`` whose keys include ``msg_id``, in store order.
 
-    ``transport`` is the registered transport a scan reads with.
+    ``transport`` is the registered transport a scan reads with; ``client_options``
+    the TLS settings and account both the index queries and the scan connect with
+    (the process defaults when None).
     """
     addrs = tuple(namesrv_addrs)
-    brokers, result = await _query_index(addrs, trace_topic, msg_id, timeout_ms)
+    options = client_options if client_options is not None else ClientOptions()
+    brokers, result = await _query_index(addrs, trace_topic, msg_id, timeout_ms, options)
     found = list(result.messages)
     if result.unsupported:
         cannot = set(result.unsupported)
@@ -76,7 +81,9 @@ async def find_trace_messages(
             ", ".join(sorted(cannot)),
             trace_topic,
         )
-        found.extend(await _scan(addrs, trace_topic, msg_id, names, timeout_ms, transport))
+        found.extend(
+            await _scan(addrs, trace_topic, msg_id, names, timeout_ms, transport, options)
+        )
     if not found and len(result.failures) > len(result.unsupported):
         raise ClientError(
             f"cannot look up the trace of {msg_id} in {trace_topic!r}: "
@@ -87,7 +94,11 @@ async def find_trace_messages(
 
 
 async def _query_index(
-    addrs: tuple[str, ...], trace_topic: str, msg_id: str, timeout_ms: int
+    addrs: tuple[str, ...],
+    trace_topic: str,
+    msg_id: str,
+    timeout_ms: int,
+    options: ClientOptions,
 ) -> tuple[list[BrokerInfo], QueryResult]:
     """The trace topic's brokers and what their indexes hold under ``msg_id``.
 
@@ -97,7 +108,19 @@ async def _query_index(
 
     unreachable: list[str] = []
     for addr in addrs:
-        async with AdminClient(addr, timeout=timeout_ms / 1000) as admin:
+        # What an admin client uses of the options: the TLS settings and the account.
+        admin_options = ClientOptions(
+            use_tls=options.use_tls,
+            tls_ca_file=options.tls_ca_file,
+            tls_cert_file=options.tls_cert_file,
+            tls_key_file=options.tls_key_file,
+            tls_verify=options.tls_verify,
+            access_key=options.access_key,
+            secret_key=options.secret_key,
+            security_token=options.security_token,
+        )
+        admin = AdminClient(addr, timeout=timeout_ms / 1000, client_options=admin_options)
+        async with admin:
             try:
                 brokers = await admin.route_brokers(trace_topic)
             except (RemotingError, OSError, TimeoutError) as exc:
@@ -121,6 +144,7 @@ async def _scan(
     broker_names: set[str],
     timeout_ms: int,
     transport: str,
+    options: ClientOptions,
 ) -> list[MessageExt]:
     """The messages keyed by ``msg_id`` in the queues of ``broker_names``, read in full.
 
@@ -132,6 +156,9 @@ async def _scan(
         transport=transport,
         timeout_ms=timeout_ms,
         instance_name="rmqk-trace",
+        use_tls=options.use_tls,
+        tls=options.tls,
+        credentials=options.credentials,
     )
     found: list[MessageExt] = []
     async with RangeReader.open(settings) as reader:
