@@ -13,6 +13,7 @@ from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.consume_host import create_consume_service
 from rmqk.engine.listener import ListenerInvoker
 from rmqk.engine.member import ConsumerMember, options_where
+from rmqk.engine.namespace_boundary import unwrapping_rebalance_listener
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import (
     PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
@@ -37,7 +38,6 @@ from rmqk.model import (
 )
 from rmqk.model.errors import ClientError, ConfigError, RmqkError
 from rmqk.model.message import Message, MessageExt, MessageProperty
-from rmqk.model.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, validate_options
 from rmqk.spi.consume import ConsumeService
 from rmqk.spi.contexts import ClientRole

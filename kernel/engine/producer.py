@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from rmqk.engine import namespace_boundary as boundary
 from rmqk.engine.client import ClientInstance
 from rmqk.engine.fault_strategy import (
     DEFAULT_LATENCY_MAX,
@@ -583,7 +584,7 @@ class AsyncProducer:
         """Send and wait for the broker's answer (Java's synchronous mode; retries above)."""
         check_target(queue, selector, arg)
         ns = self.namespace
-        return await nsutil.send_in(ns, self._send_sync, msg, queue, selector, arg, timeout_ms)
+        return await boundary.send_in(ns, self._send_sync, msg, queue, selector, arg, timeout_ms)
 
     async def _send_sync(
         self,
@@ -627,7 +628,7 @@ class AsyncProducer:
         """
         check_target(queue, selector, arg)
         ns = self.namespace
-        return await nsutil.send_in(ns, self._send_async, msg, queue, selector, arg, timeout_ms)
+        return await boundary.send_in(ns, self._send_async, msg, queue, selector, arg, timeout_ms)
 
 
     async def _send_async(
@@ -671,8 +672,8 @@ class AsyncProducer:
         """One attempt, no answer awaited (Java's oneway mode; ``sendOneway(msg, mq)``
         and ``sendOneway(msg, selector, arg)`` with ``queue=`` or ``selector=``)."""
         check_target(queue, selector, arg)
-        queue, selector = nsutil.wire_target(self.namespace, queue, selector)
-        msg = nsutil.wire_message(self.namespace, msg)
+        queue, selector = boundary.wire_target(self.namespace, queue, selector)
+        msg = boundary.wire_message(self.namespace, msg)
         self._check_running()
         validate_message(msg, self.max_message_size)
         payload = self._payload(msg)
@@ -727,10 +728,10 @@ class AsyncProducer:
         mode: CommunicationMode,
     ) -> SendResult:
         ns = self.namespace
-        queue, _ = nsutil.wire_target(ns, queue, None)
-        wire = [nsutil.wire_message(ns, m) for m in msgs] if ns else msgs
+        queue, _ = boundary.wire_target(ns, queue, None)
+        wire = [boundary.wire_message(ns, m) for m in msgs] if ns else msgs
         result = await self._send_batch(wire, queue=queue, timeout_ms=timeout_ms, mode=mode)
-        return nsutil.user_send_result(ns, result)
+        return boundary.user_send_result(ns, result)
 
     async def _send_batch(
         self,

@@ -22,6 +22,7 @@ from rmqk.engine.lite_pull.fetch import Fetcher
 from rmqk.engine.lite_pull.queues import QueueState, QueueTable, SubscriptionType
 from rmqk.engine.lite_pull.rebalance import LitePullRebalance
 from rmqk.engine.member import ConsumerMember, options_where
+from rmqk.engine.namespace_boundary import unwrapping_rebalance_listener
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.engine.pull import FlowControl, PullAPI
 from rmqk.engine.reader import RangeReader
@@ -38,7 +39,6 @@ from rmqk.model import (
 )
 from rmqk.model.errors import ClientError, RmqkError
 from rmqk.model.message import MessageExt
-from rmqk.model.namespace import unwrapping_rebalance_listener
 from rmqk.options import ConsumerOptions, check_topic
 from rmqk.options.lite_pull import LitePullOptions, resolve_lite_pull_options
 from rmqk.spi.contexts import ClientRole
