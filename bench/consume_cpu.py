@@ -6,9 +6,17 @@ spends per message moves far less. This fills a topic once (broker in a child
 process, as the consume scenario), then consumes it ``--rounds`` times per
 variant with a fresh group, alternating the variants, and prints the
 ``time.process_time()`` of this process per message of each round and the
-minimum. ``--profile FILE`` writes a cProfile of the consume rounds alone::
+minimum. ``--profile FILE`` writes a cProfile of the consume rounds alone.
+
+``--shape java,rmqk`` fills one topic per shape: ``rmqk`` as rmqk's batch sends
+write messages, ``java`` as Java's producer does (one message a send with TAGS,
+KEYS, WAIT and UNIQ_KEY; issue 29); each variant runs on each. The last lines give
+the plain ``def`` listener's CPU a message over the ``async def`` one's, per
+shape and batch size, from the minima of the same run::
 
     python -m bench.consume_cpu -n 100000 --rounds 3 --batch 32 --listener async
+    python -m bench.consume_cpu -n 60000 --rounds 2 --batch 32,1 --listener sync,async \
+        --shape java,rmqk
     RMQK_NO_EXTENSIONS=1 python -m bench.consume_cpu ...   # the pure-Python decoder
 """
 
@@ -28,13 +36,24 @@ from rmqk.wire import message_codec
 
 async def main_async(args: argparse.Namespace) -> None:
     async with Cluster(mode="process") as cluster:
-        topic = unique("bench_cpu")
-        await cluster.create_topic(topic, args.queues)
-        await fill_topic(cluster.namesrv_addr, topic, args.messages, args.size)
+        topics: dict[str, str] = {}
+        for shape in args.shape:
+            topics[shape] = unique(f"bench_cpu_{shape}")
+            await cluster.create_topic(topics[shape], args.queues)
+            await fill_topic(
+                cluster.namesrv_addr,
+                topics[shape],
+                args.messages,
+                args.size,
+                java_shaped=shape == "java",
+            )
         profile = cProfile.Profile() if args.profile else None
         cpu: dict[str, list[float]] = {}
         for _ in range(args.rounds):
-            for batch, kind in variants(args.batch, args.listener):
+            for shape, (batch, kind) in [
+                (shape, v) for v in variants(args.batch, args.listener) for shape in args.shape
+            ]:
+                topic = topics[shape]
                 if profile is not None:
                     profile.enable()
                 before = time.process_time()
@@ -51,7 +70,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 kernel = os.times().system - sys_before
                 if profile is not None:
                     profile.disable()
-                name = f"b{batch}_{kind}"
+                name = f"b{batch}_{kind}" + ("" if args.shape == ["rmqk"] else f"_{shape}")
                 cpu.setdefault(name, []).append(used / run.count * 1e6)
                 print(
                     f"{name}: {cpu[name][-1]:.2f} us CPU/msg "
@@ -61,6 +80,15 @@ async def main_async(args: argparse.Namespace) -> None:
         for name, values in cpu.items():
             rounds = ", ".join(f"{v:.2f}" for v in values)
             print(f"{name} ({decoder} decoder): min {min(values):.2f} us CPU/msg ({rounds})")
+        for shape in args.shape:
+            suffix = "" if args.shape == ["rmqk"] else f"_{shape}"
+            for batch in args.batch:
+                plain, coro = cpu.get(f"b{batch}_sync{suffix}"), cpu.get(f"b{batch}_async{suffix}")
+                if plain and coro:
+                    print(
+                        f"{shape} messages, batch {batch}: plain def / async def listener "
+                        f"CPU a message {min(plain) / min(coro):.2f}x (target <= 1.2x)"
+                    )
         if profile is not None:
             profile.dump_stats(args.profile)
 
@@ -73,6 +101,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int_list, default=[32])
     parser.add_argument("--listener", type=str_list, default=["async"])
+    parser.add_argument(
+        "--shape",
+        type=str_list,
+        default=["rmqk"],
+        help="rmqk, java or both: how the messages consumed were produced (default rmqk)",
+    )
     parser.add_argument("--profile", help="write a cProfile of the consume rounds here")
     asyncio.run(main_async(parser.parse_args()))
 

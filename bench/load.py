@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 MAX_BATCH_BYTES = 1024 * 1024
+# What Java's Message constructor always sets (waitStoreMsgOK = true).
+_JAVA_WAIT = {"WAIT": "true"}
 
 
 def unique(prefix: str) -> str:
@@ -70,10 +72,20 @@ async def fill_topic(
     batch: int = 64,
     in_flight: int = 8,
     tags: str | None = "bench",
+    java_shaped: bool = False,
 ) -> FillResult:
-    """Send ``count`` messages of ``size`` bytes, in batches round robin over the queues."""
+    """Send ``count`` messages of ``size`` bytes, in batches round robin over the queues.
+
+    ``java_shaped``: one message a send, each with the properties Java's 4.9.8
+    producer writes for ``new Message(topic, "TagA", "KEY" + i, body)``: TAGS, KEYS,
+    WAIT=true (Java's Message sets it; the broker drops it on store) and UNIQ_KEY
+    (added by every producer); the broker adds CLUSTER, the consumer MIN_OFFSET and
+    MAX_OFFSET on pull.
+    """
     body = _body(size)
     per_batch = max(1, min(batch, MAX_BATCH_BYTES // max(size + 200, 1)))
+    if java_shaped:
+        per_batch, in_flight = 1, max(in_flight, 64)
     producer = AsyncProducer(unique("bench_fill"), namesrv_addr=namesrv_addr)
     await producer.start()
     try:
@@ -86,7 +98,10 @@ async def fill_topic(
 
         async def send(msgs: list[Message], mq: MessageQueue) -> None:
             try:
-                await producer.send_batch(msgs, queue=mq, timeout_ms=30_000)
+                if java_shaped:
+                    await producer.send(msgs[0], queue=mq, timeout_ms=30_000)
+                else:
+                    await producer.send_batch(msgs, queue=mq, timeout_ms=30_000)
             except BaseException as exc:
                 errors.append(exc)
             finally:
@@ -95,7 +110,10 @@ async def fill_topic(
         started = time.perf_counter()
         while sent < count and not errors:
             n = min(per_batch, count - sent)
-            msgs = [Message(topic, body, tags=tags) for _ in range(n)]
+            if java_shaped:
+                msgs = [Message(topic, body, tags="TagA", keys=f"KEY{sent}", properties=_JAVA_WAIT)]
+            else:
+                msgs = [Message(topic, body, tags=tags) for _ in range(n)]
             await slots.acquire()
             task = asyncio.create_task(send(msgs, next(qcycle)))
             pending.add(task)

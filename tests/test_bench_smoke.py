@@ -235,3 +235,64 @@ def test_rmqk_bench_outside_a_checkout_says_where_to_run_it(tmp_path: Path) -> N
     assert proc.returncode == 1
     assert "source checkout" in proc.stderr and str(tmp_path) in proc.stderr
     assert proc.stderr.count("\n") == 1  # one line, no traceback
+
+
+@pytest.mark.timeout(180)
+def test_consume_cpu_compares_plain_and_async_listeners_on_java_shaped_messages() -> None:
+    """Issue 29's scenario, tiny: every variant on both shapes, and the ratio lines."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.consume_cpu", "-n", "300", "--rounds", "1"),
+            *("--batch", "32,1", "--listener", "sync,async", "--shape", "java,rmqk"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for shape in ("java", "rmqk"):
+        for batch in (32, 1):
+            for kind in ("sync", "async"):
+                assert any(
+                    line.startswith(f"b{batch}_{kind}_{shape} (") and "min" in line
+                    for line in lines
+                ), (shape, batch, kind, proc.stdout)
+            (ratio,) = [
+                line
+                for line in lines
+                if line.startswith(f"{shape} messages, batch {batch}: plain def / async def")
+            ]
+            assert float(ratio.split("CPU a message ")[1].split("x")[0]) > 0
+
+
+async def test_java_shaped_fill_writes_the_properties_java_writes(tmp_path: Path) -> None:
+    from bench.load import fill_topic
+    from rmqk import AsyncLitePullConsumer
+    from rmqk.plugins.broker import EmbeddedBroker
+
+    async with EmbeddedBroker(tmp_path, namesrv_port=0, broker_port=0) as broker:
+        await fill_topic(broker.namesrv_addr, "JavaShaped", 5, 100, java_shaped=True)
+        consumer = AsyncLitePullConsumer(
+            "java-shape-check",
+            namesrv_addr=broker.namesrv_addr,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )
+        consumer.subscribe("JavaShaped", "*")
+        await consumer.start()
+        got = []
+        try:
+            for _ in range(40):
+                got += await consumer.poll(500)
+                if len(got) >= 5:
+                    break
+        finally:
+            await consumer.close()
+    assert len(got) == 5
+    for msg in got:
+        assert msg.properties["TAGS"] == "TagA"
+        assert "WAIT" not in msg.properties  # sent, and dropped on store as Apache does
+        assert msg.properties["KEYS"].startswith("KEY")
+        assert {"UNIQ_KEY", "CLUSTER", "MIN_OFFSET", "MAX_OFFSET"} <= set(msg.properties)
+    assert len({m.properties["KEYS"] for m in got}) == 5
