@@ -23,7 +23,7 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar
 
 import attrs
@@ -36,7 +36,7 @@ from rmqk.hookcalls import (
     refuse_unsupported_impls,
     trace_to_stderr,
 )
-from rmqk.model.errors import PluginError
+from rmqk.model.errors import ConfigError, ConfigProblem, PluginError
 from rmqk.spi import hookspecs
 
 if TYPE_CHECKING:
@@ -379,7 +379,12 @@ async def await_me_maybe(value: T | Awaitable[T]) -> T:
 
 
 async def call_event_hook(
-    name: str, *, swallow: bool = True, pm: pluggy.PluginManager | None = None, **kwargs: Any
+    name: str,
+    *,
+    swallow: bool = True,
+    pm: pluggy.PluginManager | None = None,
+    only: frozenset[str] | None = None,
+    **kwargs: Any,
 ) -> list[Any]:
     """Call an awaited event hook through ``pm.hook`` and await each implementation.
 
@@ -387,11 +392,16 @@ async def call_event_hook(
     registered first, with ``tryfirst``/``trylast`` honoured), each awaited
     before the next starts. With ``swallow`` (filter, consume and rebalance
     hooks), an exception from one implementation is logged and the others still
-    run, as Java's hook lists do.
+    run, as Java's hook lists do. ``only``: the names of the plugins whose
+    implementations run (a client's ``hook_plugins``); None runs every plugin's.
     """
     pm = pm or get_plugin_manager()
     results: list[Any] = []
     calls = plugin_calls(pm, name)
+    if only is not None:
+        calls = [(plugin, call) for plugin, call in calls if plugin in only]
+        if not calls:
+            return results  # pm.hook would call the plugins the client left out
     if not calls:
         # Called all the same, so that monitoring and tracing see the call.
         getattr(pm.hook, name)(**kwargs)
@@ -407,6 +417,40 @@ async def call_event_hook(
     return results
 
 
-def hook_has_impls(name: str, pm: pluggy.PluginManager | None = None) -> bool:
+def hook_has_impls(
+    name: str, pm: pluggy.PluginManager | None = None, only: frozenset[str] | None = None
+) -> bool:
+    """True when a plugin (one named in ``only``, if given) implements hook ``name``."""
     pm = pm or get_plugin_manager()
-    return bool(getattr(pm.hook, name).get_hookimpls())
+    impls = getattr(pm.hook, name).get_hookimpls()
+    if only is None:
+        return bool(impls)
+    return any(impl.plugin_name in only for impl in impls)
+
+
+def unknown_hook_plugins(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The names in ``names`` no registered plugin has, and the names there are."""
+    known = sorted(n for n, p in get_plugin_manager().list_name_plugin() if p is not None)
+    return [n for n in names if n not in known], known
+
+
+def hook_plugins_message(unknown: Sequence[str], known: Sequence[str]) -> str:
+    return (
+        f"no plugin is named {', '.join(map(repr, unknown))}; the plugins of this process "
+        f"are {', '.join(known)} (rmqk plugins lists them)"
+    )
+
+
+def check_hook_plugins(names: Sequence[str] | None, where: str) -> frozenset[str] | None:
+    """A client's ``hook_plugins`` as the set its hook calls take, or None for all.
+
+    A name no registered plugin has is refused at once, listing the names there are,
+    so a typo never leaves a client without the hooks it meant to keep.
+    """
+    if names is None:
+        return None
+    unknown, known = unknown_hook_plugins(names)
+    if unknown:
+        message = hook_plugins_message(unknown, known)
+        raise ConfigError([ConfigProblem("<options>", where, "hook_plugins", message)])
+    return frozenset(names)

@@ -121,6 +121,7 @@ def every_option_set(files: dict[str, str]) -> dict[str, Any]:
         "secret_key": ACCT_P.secret_key,
         "security_token": ACCT_P.security_token,
         "unit_mode": True,
+        "hook_plugins": ["prometheus", "trace"],
         "enable_msg_trace": True,
         "customized_trace_topic": "MyTrace",
         "client_callback_executor_threads": 3,
@@ -962,3 +963,104 @@ def test_rmqk_admin_dlq_connects_over_tls_as_its_flags_say(
     assert main(["admin", "dlq", "list", "--group", "tls-group", "-n", ns, *tls]) == 0
     out, err = capsys.readouterr()
     assert out == "no dead letters for group tls-group\n", err
+
+
+# ----------------------------------------------------------------- which hook plugins apply
+
+
+FROM_FIRST: dict[str, Any] = {"consume_from_where": "CONSUME_FROM_FIRST_OFFSET"}
+
+
+class ProcessHooks:
+    """A hook plugin of the process: every consume, send and filter hook it is called for."""
+
+    def __init__(self) -> None:
+        self.consumed: list[str] = []
+        self.sent: list[str] = []
+        self.filtered: list[str] = []
+
+    @rmqk.hookimpl
+    def rmqk_consume_message_before(self, context: Any) -> None:
+        self.consumed.append(context.consumer_group)
+
+    @rmqk.hookimpl
+    def rmqk_send_message_before(self, context: Any) -> None:
+        self.sent.append(context.producer_group)
+
+    @rmqk.hookimpl
+    def rmqk_filter_message(self, context: Any) -> None:
+        self.filtered.append(context.consumer_group)
+
+
+async def test_a_client_names_which_hook_plugins_apply(broker: EmbeddedBroker, pm: Any) -> None:
+    """hook_plugins: [] leaves a client out of every plugin's hooks, a list names the
+    ones that apply, unset is every plugin; the client's own hooks apply regardless."""
+    ns = broker.namesrv_addr
+    hooks = ProcessHooks()
+    pm.register(hooks, name="audit")
+    own = SendRecorder()
+    async with (
+        AsyncProducer("p-audited", namesrv_addr=ns) as audited,
+        AsyncProducer("p-quiet", namesrv_addr=ns, hook_plugins=[]) as quiet,
+        AsyncProducer("p-named", namesrv_addr=ns, hook_plugins=["audit"]) as named,
+    ):
+        quiet.register_send_message_hook(own)
+        for k, producer in enumerate((audited, quiet, named)):
+            for i in range(3):
+                await producer.send(Message("HookPick", body_of(10 * k + i)))
+    assert sorted(set(hooks.sent)) == ["p-audited", "p-named"]
+    assert len(hooks.sent) == 6
+    assert [s for s in own.seen if s[0] == "before"] == [("before", "p-quiet", "HookPick")] * 3
+
+    tallies = {"all": Tally(), "none": Tally(), "lite": Tally()}
+    push = {
+        "all": AsyncPushConsumer("g-pick-all", namesrv_addr=ns, **FROM_FIRST),
+        "none": AsyncPushConsumer("g-pick-none", namesrv_addr=ns, hook_plugins=[], **FROM_FIRST),
+    }
+    for name, consumer in push.items():
+        consumer.subscribe("HookPick")
+        consumer.register_listener(tallies[name].record)
+    lite = AsyncLitePullConsumer("g-pick-lite", namesrv_addr=ns, hook_plugins=[], **FROM_FIRST)
+    lite.subscribe("HookPick", "*")
+    await asyncio.gather(*(c.start() for c in push.values()), lite.start())
+    try:
+        while tallies["lite"].distinct < 9:
+            for msg in await lite.poll(500):
+                tallies["lite"].record([msg])
+        await wait_until(
+            lambda: tallies["all"].distinct >= 9 and tallies["none"].distinct >= 9, 30, "both"
+        )
+    finally:
+        await asyncio.gather(*(c.shutdown() for c in push.values()), lite.close())
+    assert set(hooks.consumed) == {"g-pick-all"}
+    assert set(hooks.filtered) == {"g-pick-all"}
+
+
+def test_an_unknown_hook_plugin_is_refused_when_the_client_is_made(pm: Any) -> None:
+    for make in (
+        lambda: AsyncPushConsumer("g-typo", namesrv_addr="127.0.0.1:9876", hook_plugins=["tarce"]),
+        lambda: AsyncLitePullConsumer("g-typo", namesrv_addr="127.0.0.1:9876", hook_plugins=["x"]),
+        lambda: AsyncProducer("p-typo", namesrv_addr="127.0.0.1:9876", hook_plugins=["tarce"]),
+    ):
+        with pytest.raises(ConfigError, match="hook_plugins") as info:
+            make()
+        assert "no plugin is named" in str(info.value)
+        assert "trace" in str(info.value) and "prometheus" in str(info.value)
+
+
+def test_hook_plugins_in_a_consumer_file_as_docs_hooks_shows(tmp_path: Path) -> None:
+    """docs/hooks.md's table, completed into a file: rmqk check shows the choice and
+    refuses a name no plugin has, as the client itself would."""
+    import re
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "hooks.md").read_text()
+    (block,) = [b for b in re.findall(r"^```toml\n(.*?)^```", page, re.M | re.S) if "hook_" in b]
+    rest = 'namesrv_addr = "127.0.0.1:9876"\nsubscription = { Orders = "*" }\nsink = "jsonl"\n'
+    rest += 'sink_options = { path = "out.jsonl" }\n'
+    config = tmp_path / "c.toml"
+    config.write_text(block + rest)
+    (spec,) = load_config(config).consumers
+    assert spec.options.hook_plugins == ("prometheus",)
+    config.write_text(block.replace("prometheus", "prometheos") + rest)
+    with pytest.raises(ConfigError, match="no plugin is named 'prometheos'"):
+        load_config(config)

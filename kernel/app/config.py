@@ -55,6 +55,7 @@ from rmqk.options import (
     validate_options,
 )
 from rmqk.options.subscription import parse_subscriptions
+from rmqk.pluginmanager import hook_plugins_message, unknown_hook_plugins
 from rmqk.spi.options import SECRET_TEXT
 
 __all__ = [
@@ -517,6 +518,12 @@ def _consumer(
         rejected = {p.key for p in problems}
         choices = [c for c in choices if c.key not in rejected]
         problems.extend(check_plugin_names(choices, where, explicit=frozenset(table)))
+        if options.hook_plugins and "hook_plugins" not in rejected:
+            unknown, known = unknown_hook_plugins(options.hook_plugins)
+            if unknown:
+                problems.append(
+                    where.problem("hook_plugins", hook_plugins_message(unknown, known))
+                )
 
     spec = ConsumerSpec(
         name=name,

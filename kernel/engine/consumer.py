@@ -224,6 +224,7 @@ class AsyncPushConsumer(ConsumerMember):
             opts.consume_thread_min,
             name=self.listener_name,
             interceptors=self._consume_hooks,
+            hook_plugins=self.hook_plugins,
         )
         self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)
@@ -244,6 +245,7 @@ class AsyncPushConsumer(ConsumerMember):
             max_body_size=opts.max_decompressed_body_size,
             filter_hooks=self._filter_hooks,
             stats=self.stats,
+            hook_plugins=self.hook_plugins,
         )
         await self.consume_service.start()
         if not self.client.register_consumer(self.group, self):

@@ -134,9 +134,12 @@ class ListenerInvoker:
         thread_name_prefix: str = "ConsumeMessageThread",
         name: str | None = None,
         interceptors: list[Any] | None = None,
+        hook_plugins: frozenset[str] | None = None,
     ) -> None:
         self.listener = listener
         self.group = group
+        # The consumer's hook_plugins: whose consume hooks run around it (None: all).
+        self.hook_plugins = hook_plugins
         # This consumer's own consume hooks (register_consume_message_hook): the list
         # the consumer holds, so one registered while it runs applies from then on.
         self.interceptors: list[Any] = interceptors if interceptors is not None else []
@@ -179,9 +182,10 @@ class ListenerInvoker:
         # Building hook contexts costs per call; look at the plugin manager once a second.
         now = time.monotonic()
         if now - self._hooks_checked_at > 1.0:
-            self._has_hooks = hook_has_impls("rmqk_consume_message_before") or hook_has_impls(
-                "rmqk_consume_message_after"
-            )
+            only = self.hook_plugins
+            self._has_hooks = hook_has_impls(
+                "rmqk_consume_message_before", only=only
+            ) or hook_has_impls("rmqk_consume_message_after", only=only)
             self._hooks_checked_at = now
         return self._has_hooks
 
@@ -207,7 +211,9 @@ class ListenerInvoker:
         hook_ctx: ConsumeMessageContext | None = None
         if hooks and self._hooks_enabled():
             hook_ctx = ConsumeMessageContext(self.group, queue, list(msgs))
-            await call_event_hook("rmqk_consume_message_before", context=hook_ctx)
+            await call_event_hook(
+                "rmqk_consume_message_before", context=hook_ctx, only=self.hook_plugins
+            )
             await self._intercept("consume_message_before", hook_ctx)
         if context is None and self.wants_context:
             # A consume service that passes no context would hand the listener None
@@ -316,7 +322,9 @@ class ListenerInvoker:
 
     async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
         if hook_ctx is not None:
-            await call_event_hook("rmqk_consume_message_after", context=hook_ctx)
+            await call_event_hook(
+                "rmqk_consume_message_after", context=hook_ctx, only=self.hook_plugins
+            )
             await self._intercept("consume_message_after", hook_ctx)
 
     async def _intercept(self, method: str, hook_ctx: ConsumeMessageContext) -> None:

@@ -37,7 +37,7 @@ from rmqk.model.message import MessageExt
 from rmqk.model.namespace import resolve_namespace, unwrap, unwrap_queue, wrap, wrap_queue
 from rmqk.model.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
 from rmqk.options import ConsumerOptions, Where, check_group
-from rmqk.pluginmanager import call_event_hook, registries
+from rmqk.pluginmanager import call_event_hook, check_hook_plugins, registries
 from rmqk.spi.contexts import ClientContext, ClientRole
 from rmqk.spi.contracts import AllocationStrategy, OffsetStore
 from rmqk.spi.options import option_specs
@@ -107,6 +107,8 @@ class ConsumerMember:
                 where = Where("<consumer options>", f"consumer {group!r}")
                 raise ConfigError([where.problem("namespace", problem)])
         self.options = options
+        # Whose consume and filter hooks apply to this consumer (None: every plugin's).
+        self.hook_plugins = check_hook_plugins(options.hook_plugins, f"consumer {group!r}")
         self.message_model: MessageModel = options.message_model
         self.state = ServiceState.CREATE_JUST
         self.client_id = ""

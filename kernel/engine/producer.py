@@ -70,6 +70,7 @@ from rmqk.model.errors import (
 from rmqk.model.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
 from rmqk.model.uniq_id import create_uniq_id
 from rmqk.options.producer import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
+from rmqk.pluginmanager import check_hook_plugins
 from rmqk.spi.client_options import ClientOptions, resolve_client_options
 from rmqk.spi.options import Where
 from rmqk.spi.transport import SendMessageRequest
@@ -183,6 +184,8 @@ class AsyncProducer:
             client_options, client, Where("<producer options>", f"producer {group!r}")
         )
         copts = self.client_options
+        # Whose send hooks apply to this producer (None: every plugin's).
+        self.hook_plugins = check_hook_plugins(copts.hook_plugins, f"producer {group!r}")
         self.namesrv_addrs = copts.namesrv_addr or tuple(
             a for a in os.environ.get("NAMESRV_ADDR", "").split(";") if a
         )

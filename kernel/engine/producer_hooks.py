@@ -52,7 +52,8 @@ async def hooked_send(
     transport = producer.client.transport
     oneway = mode is CommunicationMode.ONEWAY
     own = producer.send_hooks
-    if not own and not (hook_has_impls(BEFORE) or hook_has_impls(AFTER)):
+    only = producer.hook_plugins
+    if not own and not (hook_has_impls(BEFORE, only=only) or hook_has_impls(AFTER, only=only)):
         return await transport.send_message(
             addr, broker_name, header, payload.body, timeout_ms, oneway=oneway
         )
@@ -68,7 +69,7 @@ async def hooked_send(
         msg_type=message_type(properties),
         namespace=producer.namespace,
     )
-    await call_event_hook(BEFORE, context=context)
+    await call_event_hook(BEFORE, context=context, only=only)
     await _own_hooks(producer, "send_message_before", context)
     try:
         result = await transport.send_message(
@@ -76,11 +77,11 @@ async def hooked_send(
         )
     except Exception as exc:
         context.exception = exc
-        await call_event_hook(AFTER, context=context)
+        await call_event_hook(AFTER, context=context, only=only)
         await _own_hooks(producer, "send_message_after", context)
         raise
     context.send_result = result
-    await call_event_hook(AFTER, context=context)
+    await call_event_hook(AFTER, context=context, only=only)
     await _own_hooks(producer, "send_message_after", context)
     return result
 

@@ -37,7 +37,7 @@ from rmqk.model import (
 from rmqk.model.errors import BrokerError, RmqkError
 from rmqk.model.message import MessageExt
 from rmqk.model.offsets_reset import OffsetsReset
-from rmqk.pluginmanager import call_event_hook, get_plugin_manager
+from rmqk.pluginmanager import call_event_hook, get_plugin_manager, hook_has_impls
 from rmqk.spi.contexts import FilterMessageContext
 from rmqk.spi.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE, PullMessageRequest
 from rmqk.wire.protocol import PullSysFlag, ResponseCode
@@ -186,6 +186,7 @@ class PullAPI:
         "exception_delay_ms",
         "filter_hooks",
         "group",
+        "hook_plugins",
         "lite",
         "log",
         "max_body_size",
@@ -216,8 +217,11 @@ class PullAPI:
         filter_hooks: list[Any] | None = None,
         block: bool = True,
         skip_bad_records: bool = True,
+        hook_plugins: frozenset[str] | None = None,
     ) -> None:
         self.client = client
+        # The client's hook_plugins: whose rmqk_filter_message hooks run (None: all).
+        self.hook_plugins = hook_plugins
         # The consumer's own filter hooks (register_filter_message_hook), its list.
         self.filter_hooks: list[Any] = filter_hooks if filter_hooks is not None else []
         self.group = group
@@ -390,11 +394,23 @@ class PullAPI:
     ) -> list[MessageExt]:
         """The rest of :meth:`process` after :meth:`process_now` returned None."""
         msgs = await filter_pulled(
-            self.group, mq, sub, list(result.messages), self.unit_mode, self.filter_hooks
+            self.group,
+            mq,
+            sub,
+            list(result.messages),
+            self.unit_mode,
+            self.filter_hooks,
+            self.hook_plugins,
         )
         if msgs:
             stamp_queue_offsets(msgs, result.min_offset, result.max_offset)
         return msgs
+
+    def _filter_plugins(self) -> bool:
+        impls = self._filter.get_hookimpls()
+        if self.hook_plugins is None or not impls:
+            return bool(impls)
+        return any(impl.plugin_name in self.hook_plugins for impl in impls)
 
     def process_now(
         self, mq: MessageQueue, sub: SubscriptionData, result: PullResult
@@ -406,7 +422,7 @@ class PullAPI:
             self._report_skipped(mq, result)
         if result.status is not PullStatus.FOUND or not result.messages:
             return []
-        if self.filter_hooks or self._filter.get_hookimpls():
+        if self.filter_hooks or self._filter_plugins():
             return None
         msgs = _by_tag(sub, list(result.messages))
         if msgs:
@@ -436,6 +452,7 @@ async def filter_pulled(
     msgs: list[MessageExt],
     unit_mode: bool,
     own_hooks: Sequence[Any] = (),
+    hook_plugins: frozenset[str] | None = None,
 ) -> list[MessageExt]:
     """The messages of one FOUND response the subscription really wants.
 
@@ -446,12 +463,12 @@ async def filter_pulled(
     and the consumer's own filter hooks (``own_hooks``), each ``filter_message(context)``.
     """
     msgs = _by_tag(sub, msgs)
-    plugins = bool(get_plugin_manager().hook.rmqk_filter_message.get_hookimpls())
+    plugins = hook_has_impls("rmqk_filter_message", only=hook_plugins)
     if not plugins and not own_hooks:
         return msgs
     ctx = FilterMessageContext(group, mq, msgs, sub, unit_mode)
     if plugins:
-        await call_event_hook("rmqk_filter_message", context=ctx)
+        await call_event_hook("rmqk_filter_message", context=ctx, only=hook_plugins)
     for hook in list(own_hooks):
         # Logged and swallowed as the plugins' filter hooks are (a broken hook must not
         # stop the pulls); what it removed before raising stays removed.

@@ -197,6 +197,16 @@ class ClientOptions:
         nullable=True,
         secret=True,
     )
+    hook_plugins: tuple[str, ...] | None = _option(
+        OptionType.STR_LIST,
+        "The plugins (by name, as `rmqk plugins` lists them) whose consume, send and "
+        "filter hooks apply to this client; [] for none. Unset, every plugin's apply. "
+        "Hooks registered on the client itself always apply. A name no plugin has is "
+        "refused when the client is made.",
+        None,
+        default_text="(every plugin)",
+        nullable=True,
+    )
     unit_mode: bool = _option(
         OptionType.BOOL,
         "Unit mode, sent in heartbeats and pull requests.",

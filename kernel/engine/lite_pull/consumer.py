@@ -211,6 +211,7 @@ class AsyncLitePullConsumer(ConsumerMember):
             on_subscription_missing=self.heartbeat_now,
             max_body_size=opts.max_decompressed_body_size,
             filter_hooks=self._filter_hooks,
+            hook_plugins=self.hook_plugins,
         )
         flow = FlowControl(
             log,

@@ -101,7 +101,7 @@ class Fetcher:
         if not consumer.is_current(state, generation):
             return 0
         if msgs:
-            await _consume_hooks(consumer.group, mq, msgs)
+            await _consume_hooks(consumer.group, mq, msgs, consumer.hook_plugins)
             state.pq.put_messages(msgs)
             consumer.buffer.put(Batch(state, generation, msgs))
         elif result.status is PullStatus.OFFSET_ILLEGAL:
@@ -148,18 +148,20 @@ class Fetcher:
         return 0
 
 
-async def _consume_hooks(group: str, mq: MessageQueue, msgs: list[MessageExt]) -> None:
+async def _consume_hooks(
+    group: str, mq: MessageQueue, msgs: list[MessageExt], only: frozenset[str] | None
+) -> None:
     """The consume hooks around a found pull, as Java 4.9.8's lite pull path runs them.
 
     DefaultLitePullConsumerImpl has no listener: it calls the hooks' before and,
     at once, after (CONSUME_SUCCESS) for each pull that found messages.
     """
     before, after = "rmqk_consume_message_before", "rmqk_consume_message_after"
-    if not (hook_has_impls(before) or hook_has_impls(after)):
+    if not (hook_has_impls(before, only=only) or hook_has_impls(after, only=only)):
         return
     context = ConsumeMessageContext(group, mq, list(msgs))
-    await call_event_hook(before, context=context)
+    await call_event_hook(before, context=context, only=only)
     context.status = "CONSUME_SUCCESS"
     context.success = True
     context.return_type = "SUCCESS"
-    await call_event_hook(after, context=context)
+    await call_event_hook(after, context=context, only=only)
