@@ -1,6 +1,7 @@
 """Old module paths that moved in the 0.2 layout keep working, with a DeprecationWarning.
 
-The layout (docs/architecture.md): ``rmqk.spi`` is what a plugin imports,
+So do the codecs that lived in the remoting and broker plugins and are now
+``rmqk.wire``. The layout (docs/architecture.md): ``rmqk.spi`` is what a plugin imports,
 ``rmqk.model`` the value objects, ``rmqk.wire`` the codecs, ``rmqk.options`` every
 option table, ``rmqk.engine`` the clients and ``rmqk.app`` the command line. A
 program that imports a module by its old path gets the module at its new path
@@ -43,6 +44,7 @@ MOVED: dict[str, str] = {
     "rmqk.optionspec": "rmqk.spi.options",
     "rmqk.optiontext": "rmqk.spi.option_text",
     "rmqk.plugin_choices": "rmqk.options.plugin_choices",
+    "rmqk.plugins.broker.jsonwire": "rmqk.wire.jsonwire",
     "rmqk.plugins.remoting.bodies": "rmqk.wire.bodies",
     "rmqk.plugins.remoting.compiled_headers": "rmqk.wire.compiled_headers",
     "rmqk.plugins.remoting.compression": "rmqk.wire.compression",

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from test_broker_support import RawClient
 
-from rmqk.plugins.broker import EmbeddedBroker, jsonwire
+from rmqk.plugins.broker import EmbeddedBroker
+from rmqk.wire import jsonwire
 from rmqk.wire.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.timeout(60)

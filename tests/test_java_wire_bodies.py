@@ -27,7 +27,7 @@ from test_broker_support import RawClient
 
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.model import ExpressionType, MessageQueue, SubscriptionData
-from rmqk.plugins.broker import EmbeddedBroker, jsonwire
+from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.status.collect import parse_running_info
 from rmqk.spi.transport import (
     ConsumeMessageDirectlyResult,
@@ -35,7 +35,7 @@ from rmqk.spi.transport import (
     ConsumeStatus,
     ProcessQueueInfo,
 )
-from rmqk.wire import bodies
+from rmqk.wire import bodies, jsonwire
 from rmqk.wire.bodies import ObjectKey
 from rmqk.wire.javajson import java_double, java_string
 from rmqk.wire.protocol import RemotingCommand, RequestCode, ResponseCode
