@@ -69,6 +69,7 @@ CONSUMER_EFFECT_TESTS: Mapping[str, tuple[str, ...]] = {
     "access_key": (CO + "test_two_consumers_and_a_producer_each_with_its_own_account",),
     "secret_key": (CO + "test_two_consumers_and_a_producer_each_with_its_own_account",),
     "security_token": (CO + "test_two_consumers_and_a_producer_each_with_its_own_account",),
+    "hook_plugins": (CO + "test_a_client_names_which_hook_plugins_apply",),
     "unit_mode": (E + "test_unit_mode_is_sent_in_heartbeats",),
     "poll_name_server_interval": (
         E + "test_poll_name_server_interval_sets_how_often_routes_are_fetched",
