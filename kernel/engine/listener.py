@@ -145,8 +145,13 @@ class ListenerInvoker:
         # An answer slower than this is TIME_OUT to the after interceptors (Java's rule).
         self.consume_timeout_ms = consume_timeout_ms
         # Deferred acknowledgements not yet answered: future -> (settled, token, start);
-        # one done callback settles them all (see _deferred_done).
-        self._pending: dict[asyncio.Future[Any], tuple[Any, Any, float]] = {}
+        # one done callback settles them all (see _deferred_done). Kept in dicts of floats
+        # and the caller's own tokens: a sink holds thousands in flight, and a tuple or a
+        # context copy each would be more objects for the cyclic GC to walk.
+        self._pending: dict[asyncio.Future[Any], float] = {}
+        self._tokens: dict[asyncio.Future[Any], Any] = {}
+        self._settled: Callable[[Any, ListenerOutcome], None] | None = None
+        self._callback_context: contextvars.Context | None = None
         self._abandoning = False
         self._hooked_tasks: set[asyncio.Task[None]] = set()
         self._deferred_done_cb = self._deferred_done
@@ -320,14 +325,22 @@ class ListenerInvoker:
         if isinstance(status, asyncio.Future):
             if settled is None:
                 return await self._answer(status, start, queue)
-            if status in self._pending:
-                # One future for several batches (the listener's choice): a callback each.
+            if self._callback_context is None:
+                self._callback_context = contextvars.copy_context()
+            if self._settled is None:
+                self._settled = settled
+            if status in self._pending or settled != self._settled:
+                # One future for several batches (the listener's choice), or a second
+                # service's callback: a callback each.
                 status.add_done_callback(
-                    functools.partial(self._shared_done, settled, token, start)
+                    functools.partial(self._shared_done, settled, token, start),
+                    context=self._callback_context,
                 )
+                self._pending.setdefault(status, start)
                 return None
-            self._pending[status] = (settled, token, start)
-            status.add_done_callback(self._deferred_done_cb)
+            self._pending[status] = start
+            self._tokens[status] = token
+            status.add_done_callback(self._deferred_done_cb, context=self._callback_context)
             return None
         return ListenerOutcome(status, None, (time.perf_counter() - start) * 1000)
 
@@ -352,7 +365,7 @@ class ListenerInvoker:
                 outcome = await self._answer(future, start, queue)
             else:
                 # Answered later: the after interceptors then, beside the workers.
-                self._pending[future] = (None, None, start)
+                self._pending[future] = start
                 task = asyncio.get_running_loop().create_task(
                     self._conclude_later(future, start, queue, context, hook_ctx, settled, token)
                 )
@@ -386,7 +399,7 @@ class ListenerInvoker:
         self, future: asyncio.Future[Any], start: float, queue: MessageQueue
     ) -> ListenerOutcome:
         """Wait for a deferred acknowledgement's answer (orderly: before the next batch)."""
-        self._pending[future] = (None, None, start)
+        self._pending[future] = start
         try:
             # Awaited itself, so that a caller cancelled meanwhile (a service stopping)
             # cancels the acknowledgement too: a group-commit sink withdraws the batch.
@@ -402,11 +415,11 @@ class ListenerInvoker:
         return self._settle(future, start, queue)
 
     def _deferred_done(self, future: asyncio.Future[Any]) -> None:
-        entry = self._pending.pop(future, None)
-        if entry is None:
+        start = self._pending.pop(future, None)
+        token = self._tokens.pop(future, None)
+        if start is None or self._settled is None:
             return
-        settled, token, start = entry
-        settled(token, self._settle(future, start, None))
+        self._settled(token, self._settle(future, start, None))
 
     def _shared_done(
         self,
@@ -415,6 +428,7 @@ class ListenerInvoker:
         start: float,
         future: asyncio.Future[Any],
     ) -> None:
+        self._pending.pop(future, None)
         settled(token, self._settle(future, start, None))
 
     def _settle(
