@@ -440,7 +440,10 @@ class ListenerInvoker:
             why = "the listener's deferred acknowledgement was cancelled"
             if self._abandoning:
                 why += " (the consumer stopped before it was answered)"
-            return ListenerOutcome(None, asyncio.CancelledError(why), duration)
+                return ListenerOutcome(None, asyncio.CancelledError(why), duration)
+            cancelled = asyncio.CancelledError(why)
+            self.report_failure(cancelled, queue)
+            return ListenerOutcome(None, cancelled, duration)
         exc = future.exception()
         if exc is not None:
             self.report_failure(exc, queue)
