@@ -35,6 +35,7 @@ _moved.install()
 # and for Spark workers that only need the model.
 _LAZY = {
     "ClientOptions": "rmqk.spi.client_options",
+    "DeferredAck": "rmqk.spi.consume",
     "PushConsumer": "rmqk.engine.sync",
     "Producer": "rmqk.engine.sync",
     "AsyncPushConsumer": "rmqk.engine.consumer",
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
         TransactionSendResult,
     )
     from rmqk.spi.client_options import ClientOptions
+    from rmqk.spi.consume import DeferredAck
 
 
 def __getattr__(name: str) -> object:
@@ -89,6 +91,7 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
     "ConsumeStatus",
+    "DeferredAck",
     "LitePullConsumer",
     "LocalTransactionState",
     "Message",

@@ -2,7 +2,8 @@
 
 A sink keeps its whole window (thousands of batches) in flight, and each full
 collection walks every object those batches hold up. No broker and no Spark: a
-concurrent consume service with a stub host defers chunks on a sink's futures.
+concurrent consume service with a stub host over the kernel's ListenerInvoker, whose
+deliver defers chunks on the futures the listener returns (a sink's).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from rmqk.engine.listener import ListenerInvoker
 from rmqk.model import MessageQueue
 from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions
@@ -27,9 +29,9 @@ pytestmark = pytest.mark.timeout(60)
 
 MQ = MessageQueue("T", "broker-a", 0)
 BATCHES = 2_000
-# Today one object per batch (the sink's Pending, which is the batch's future) beyond
-# the chunk, its context and its message list; before, a closure, its cells, partials
-# and context copies made 13.
+# Today two objects per batch (the sink's Pending, which is the batch's future, and the
+# kernel's entry for it) beyond the chunk, its context and its message list; before, a
+# closure, its cells, partials and context copies made 13.
 MAX_TRACKED_PER_BATCH = 4
 
 
@@ -65,7 +67,7 @@ class Stats:
         pass
 
 
-def stub_host(acknowledged: list[MessageExt]) -> Any:
+def stub_host(acknowledged: list[MessageExt], invoker: ListenerInvoker) -> Any:
     def acknowledge(mq: MessageQueue, pq: Any, msgs: Sequence[MessageExt]) -> int:
         acknowledged.extend(msgs)
         return 0
@@ -76,13 +78,27 @@ def stub_host(acknowledged: list[MessageExt]) -> Any:
         group="g",
         stats=Stats(),
         acknowledge=acknowledge,
+        listener=invoker,
+        deliver=invoker.deliver,
     )
+
+
+async def defer(service: ConcurrentConsumeService, r: Chunk, ctx: Any) -> None:
+    """What the service's async worker does with a chunk whose listener defers it."""
+    r.ctx = ctx
+    assert await service.host.deliver(r.mq, r.msgs, ctx, service._on_settled, r) is None
+    service._deferred += 1
 
 
 async def test_a_batch_deferred_on_a_sink_adds_few_objects_for_the_gc() -> None:
     acknowledged: list[MessageExt] = []
-    service = ConcurrentConsumeService(stub_host(acknowledged), {})
     sink = CountingSink()
+
+    async def listener(msgs: list[MessageExt], ctx: Any) -> asyncio.Future[Any]:
+        return sink.submit(ctx.queue, msgs)
+
+    invoker = ListenerInvoker(listener, "g", 1)
+    service = ConcurrentConsumeService(stub_host(acknowledged, invoker), {})
     await sink.start()
     pq = QueueStub()
     chunks = [
@@ -97,7 +113,7 @@ async def test_a_batch_deferred_on_a_sink_adds_few_objects_for_the_gc() -> None:
     gc.collect()
     before = len(gc.get_objects())
     for r, ctx in zip(chunks, contexts, strict=True):
-        service._defer(r, ctx, sink.submit(MQ, r.msgs), 0.0)
+        await defer(service, r, ctx)
     per_batch = (len(gc.get_objects()) - before) / BATCHES
     assert per_batch <= MAX_TRACKED_PER_BATCH, per_batch
     assert not acknowledged  # nothing is acknowledged before its flush is written
@@ -106,20 +122,25 @@ async def test_a_batch_deferred_on_a_sink_adds_few_objects_for_the_gc() -> None:
         await asyncio.sleep(0)
     assert sink.rows == BATCHES * 32
     assert len(acknowledged) == BATCHES * 32
-    assert service._deferred == 0 and not service._deferred_futures
+    assert service._deferred == 0 and not invoker._pending
 
 
 async def test_one_future_returned_for_several_chunks_settles_each() -> None:
     acknowledged: list[MessageExt] = []
-    service = ConcurrentConsumeService(stub_host(acknowledged), {})
+    shared: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def listener(msgs: list[MessageExt]) -> asyncio.Future[None]:
+        return shared
+
+    invoker = ListenerInvoker(listener, "g", 1)
+    service = ConcurrentConsumeService(stub_host(acknowledged, invoker), {})
     pq = QueueStub()
     chunks = [
         Chunk([MessageExt(topic="T", body=b"x", queue_offset=i)], pq, MQ)  # type: ignore[arg-type]
         for i in range(3)
     ]
-    shared: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     for r in chunks:
-        service._defer(r, None, shared, 0.0)
+        await defer(service, r, None)
     assert service._deferred == 3
     await asyncio.sleep(0)
     assert not acknowledged
@@ -127,7 +148,7 @@ async def test_one_future_returned_for_several_chunks_settles_each() -> None:
     for _ in range(3):
         await asyncio.sleep(0)
     assert sorted(m.queue_offset for m in acknowledged) == [0, 1, 2]
-    assert service._deferred == 0 and not service._deferred_futures
+    assert service._deferred == 0 and not invoker._pending
 
 
 async def test_cancelling_a_pending_batch_withdraws_it_at_once() -> None:

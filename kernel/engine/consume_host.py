@@ -9,7 +9,7 @@ checks its ``consume_service_options`` and calls its factory.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from rmqk.engine.process_queue import ProcessQueue
@@ -22,6 +22,7 @@ from rmqk.spi.consume import (
     ConsumeListener,
     ConsumeService,
     ConsumeStats,
+    ListenerOutcome,
     QueueView,
     factory_option_specs,
     parse_service_options,
@@ -69,6 +70,11 @@ class PushConsumeHost:
     @property
     def listener(self) -> ConsumeListener:
         return self._consumer.invoker
+
+    @property
+    def deliver(self) -> Callable[..., Awaitable[ListenerOutcome | None]]:
+        # The invoker's own method: no extra call layer per batch.
+        return self._consumer.invoker.deliver
 
     @property
     def stats(self) -> ConsumeStats:

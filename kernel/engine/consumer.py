@@ -225,6 +225,7 @@ class AsyncPushConsumer(ConsumerMember):
             name=self.listener_name,
             interceptors=self._consume_hooks,
             hook_plugins=self.hook_plugins,
+            consume_timeout_ms=opts.consume_timeout * 60_000,
         )
         self.consume_service = create_consume_service(self, opts.consume_service or "concurrent")
         self.consume_orderly = bool(self.consume_service.orderly)

@@ -21,7 +21,7 @@ writes one from this contract alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -45,6 +45,7 @@ __all__ = [
     "ConsumeService",
     "ConsumeServiceFactory",
     "ConsumeStats",
+    "DeferredAck",
     "ListenerOutcome",
     "QueueView",
     "factory_option_specs",
@@ -73,6 +74,22 @@ class ConsumeOrderlyContext:
     queue: MessageQueue
     auto_commit: bool = True
     suspend_current_queue_time_millis: int = -1
+
+
+class DeferredAck(asyncio.Future[Any]):
+    """What an async listener returns to acknowledge its batch later: :meth:`ack` (the answer
+    it would have returned) or :meth:`fail` (what it would have raised) on the loop, first
+    call wins; then the batch is done as if answered at once. Cancelled: a failure; at stop,
+    cancelled after await_termination_millis_when_shutdown, never acknowledged, delivered
+    again. Only ``ConsumeHost.deliver`` handles it. The contract: docs/hooks.md."""
+
+    def ack(self, status: Any = None) -> None:
+        if not self.done():
+            self.set_result(status)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.done():
+            self.set_exception(exc)
 
 
 class ListenerOutcome:
@@ -150,20 +167,27 @@ class QueueView(Protocol):
 
 
 class ConsumeListener(Protocol):
-    """The consumer's listener, called with the consume hooks around it."""
+    """The consumer's listener; a service consumes through :attr:`ConsumeHost.deliver`."""
 
-    #: The user's function, for services that call it directly on a hook-free fast path.
-    listener: Callable[..., Any]
     #: True for an ``async def`` listener (it runs on the loop, else on its thread pool).
     is_async: bool
     #: True when the listener takes ``(messages, context)`` rather than ``(messages)``.
     wants_context: bool
 
-    def hooks_enabled(self) -> bool:
-        """True when a plugin implements the consume hooks: call through ``invoke`` then."""
-
     def resize_pool(self, size: int) -> int | None:
         """Set the sync listener's thread pool size (at least 1); None (no-op) if async."""
+
+    async def deliver_group(
+        self,
+        calls: Sequence[tuple[MessageQueue, list[MessageExt], Any]],
+        patience_s: float = 0.25,
+        on_give_up: Callable[[int], None] | None = None,
+        watch_single: bool = False,
+    ) -> list[ListenerOutcome]:
+        """Several ``deliver`` calls, one thread hop for a sync listener without hooks."""
+
+    async def cancel_deferred(self) -> int:
+        """Cancel the unanswered :class:`DeferredAck` (at stop); ``settled`` has run after."""
 
     async def invoke(
         self,
@@ -174,30 +198,7 @@ class ConsumeListener(Protocol):
         detach: bool = False,
         report: bool = True,
     ) -> tuple[ListenerOutcome, ConsumeMessageContext | None]:
-        """One listener call, on the listener's pool, never raising for the listener's errors.
-
-        Runs ``rmqk_consume_message_before`` first when ``hooks`` and returns its
-        context; fill in its outcome and pass it to :meth:`after`. A future an
-        async listener returns is awaited, unless ``detach``: then the outcome's
-        status is that future, for the caller to await without holding a worker.
-        An exception the listener raised is in the outcome and, unless ``report``
-        is False, logged (:meth:`report_failure`). ``context`` is what a listener
-        that takes ``(messages, context)`` receives, an object with at least
-        ``.queue``; with None, such a listener is not called and the outcome's
-        exception says why.
-        """
-
-    async def invoke_group(
-        self,
-        calls: Sequence[tuple[list[MessageExt], Any]],
-        patience_s: float = 0.25,
-        on_give_up: Callable[[int], None] | None = None,
-        watch_single: bool = False,
-    ) -> list[ListenerOutcome]:
-        """Several hook-free calls with one thread hop (see ListenerInvoker.invoke_group)."""
-
-    async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
-        """Run ``rmqk_consume_message_after`` for a context ``invoke`` returned."""
+        """One call, ``hooks=False, report=False``: CONSUME_MESSAGE_DIRECTLY (no hooks in Java)."""
 
     def report_failure(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
         """Log an exception the listener raised: the first of each type with its traceback,
@@ -239,6 +240,13 @@ class ConsumeHost(Protocol):
 
     @property
     def listener(self) -> ConsumeListener: ...
+
+    @property
+    def deliver(self) -> Callable[..., Awaitable[ListenerOutcome | None]]:
+        """``await deliver(queue, msgs, context, settled=None, token=None)``: the one way to
+        consume a batch, the client's consume hooks around the listener (ListenerInvoker.
+        deliver). A DeferredAck is awaited unless ``settled``: None, ``settled(token, o)`` later.
+        """
 
     @property
     def stats(self) -> ConsumeStats: ...

@@ -31,12 +31,12 @@ class Chunk:
     """One chunk of a pulled batch on its way to the listener.
 
     A chunk whose listener returned a future also keeps what settling it needs
-    (``ctx``, ``start``): no closure per chunk in flight (see ``_defer``).
+    (``ctx``): no closure per chunk in flight (see ``_on_settled``).
     """
 
     __slots__ = ("ctx", "mq", "msgs", "pq", "start")
 
-    # Set by ``_defer`` only: a chunk settled inline never pays for them.
+    # Set by ``_async_worker`` only: a chunk settled inline never pays for them.
     ctx: ConsumeConcurrentlyContext | None
     start: float
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -24,10 +23,9 @@ from rmqk.model.message import MessageExt
 from rmqk.plugins.consume.backlog import Backlog, Chunk
 from rmqk.plugins.consume.direct import consume_concurrently_directly
 from rmqk.plugins.consume.expired import clean_expired_loop, clean_expired_messages
-from rmqk.plugins.consume.status import concurrent_status, describe_outcome
+from rmqk.plugins.consume.status import concurrent_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
 from rmqk.spi.consume import ConsumeConcurrentlyContext, ConsumeHost, ListenerOutcome, QueueView
-from rmqk.spi.contexts import ConsumeMessageContext
 from rmqk.spi.options import OptionSpec
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
@@ -70,9 +68,9 @@ class ConcurrentConsumeService:
     (one thread hop for several sync listener calls), while a slow listener's
     chunks still spread across all workers.
 
-    An async listener may return an :class:`asyncio.Future` instead of a status
-    (a sink's group commit, say): the worker moves on at once and the chunk is
-    acknowledged, or retried, when the future resolves. Flow control
+    An async listener may return a :class:`rmqk.spi.consume.DeferredAck` instead of
+    a status (a sink's group commit, say): the worker moves on at once and the
+    chunk is acknowledged, or retried, when it is answered. Flow control
     (``pull_threshold_*``, ``consume_concurrently_max_span``) then bounds what is
     in flight, not ``consume_thread_min``.
     """
@@ -96,12 +94,7 @@ class ConcurrentConsumeService:
         # Java's ThreadPoolExecutor over an unbounded queue runs only its core size.
         self.worker_count = opts.consume_thread_min
         self._busy = 0
-        self._deferred = 0  # chunks whose listener returned a future not yet resolved
-        # Each deferred future and its chunk: one bound method settles them all.
-        self._deferred_futures: dict[asyncio.Future[Any], Chunk] = {}
-        # Deferred futures of chunks consumed with hooks (see _conclude_later).
-        self._hooked_futures: set[asyncio.Future[Any]] = set()
-        self._on_settled = self._settled
+        self._deferred = 0  # chunks whose deferred acknowledgement is not yet answered
         # The context the done callbacks run in: one, not a copy per call (a sink keeps
         # thousands of chunks in flight, and each copy is one more object for the
         # cyclic GC to walk). They set no context variable; they log and spawn tasks.
@@ -211,8 +204,8 @@ class ConcurrentConsumeService:
                 f"{self._busy} listener calls and {self._deferred} deferred writes",
                 await_termination_ms,
             )
-        for future in [*self._deferred_futures, *self._hooked_futures]:
-            future.cancel()
+        # Answered meanwhile or not at all: those not answered stay unacknowledged.
+        await self.host.listener.cancel_deferred()
         await cancel_all([*self._workers, *self._tasks])
         self._workers = []
         # Acknowledgements still waiting for their loop turn count before the
@@ -243,54 +236,44 @@ class ConcurrentConsumeService:
             r.pq.consume_started.update(zip(map(_OFFSET, msgs), repeat(started)))
 
     async def _async_worker(self) -> None:
-        """The worker for an async listener without consume hooks: one chunk, inline."""
+        """The worker for an async listener: one chunk at a time, delivered inline."""
         queue = self._queue
         host = self.host
-        invoker = host.listener
-        listener = invoker.listener
-        wants_context = invoker.wants_context
-        perf = time.perf_counter
+        deliver = host.deliver
+        wants_context = host.listener.wants_context
+        settled = self._on_settled
         while True:
             r = queue.take() or await queue.get()
             if r.pq.dropped or self._stopped:
                 continue
-            if invoker.hooks_enabled():
-                self._busy += 1
-                try:
-                    await self._consume(r)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("consume of %s failed unexpectedly", r.mq)
-                finally:
-                    self._busy -= 1
-                continue
             self._stamp(r, int(time.time() * 1000))
             ctx = ConsumeConcurrentlyContext(r.mq) if wants_context else None
+            r.ctx = ctx
             self._busy += 1
-            start = perf()
             try:
-                status = await (listener(r.msgs, ctx) if wants_context else listener(r.msgs))
+                # A deferred acknowledgement: deliver returns None and settles it later.
+                outcome = await deliver(r.mq, r.msgs, ctx, settled, r)
             except asyncio.CancelledError:
                 self._busy -= 1
                 raise
-            except Exception as exc:
+            except Exception:
                 self._busy -= 1
-                spawn(self._tasks,
-                    self._finish(r, ctx, ListenerOutcome(None, exc, (perf() - start) * 1000))
-                )
+                log.exception("consume of %s failed unexpectedly", r.mq)
                 continue
             self._busy -= 1
-            if isinstance(status, asyncio.Future):
-                self._defer(r, ctx, status, start)
+            if outcome is None:
+                self._deferred += 1
                 continue
-            if (status is None or status is ConsumeStatus.CONSUME_SUCCESS) and (
-                ctx is None or ctx.ack_index >= len(r.msgs) - 1
+            status = outcome.status
+            if (
+                outcome.exception is None
+                and (status is None or status is ConsumeStatus.CONSUME_SUCCESS)
+                and (ctx is None or ctx.ack_index >= len(r.msgs) - 1)
             ):
-                self._ack(r, (perf() - start) * 1000)
+                self._ack(r, outcome.duration_ms)
                 continue
             try:
-                await self._finish(r, ctx, ListenerOutcome(status, None, (perf() - start) * 1000))
+                await self._finish(r, ctx, outcome)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -332,59 +315,18 @@ class ConcurrentConsumeService:
             host.stats.consume_ok(mq.topic, len(entry.msgs))
             host.acknowledge(mq, pq, entry.msgs)
 
-    def _defer(
-        self,
-        r: Chunk,
-        ctx: ConsumeConcurrentlyContext | None,
-        future: asyncio.Future[Any],
-        start: float,
-    ) -> None:
-        """Settle a chunk when the future its listener returned resolves."""
-        self._deferred += 1
-        r.ctx = ctx
-        r.start = start
-        if future in self._deferred_futures:
-            # One future for several chunks (the listener's choice): a callback each.
-            future.add_done_callback(
-                functools.partial(self._settle, r), context=self._callback_context
-            )
-            return
-        self._deferred_futures[future] = r
-        future.add_done_callback(self._on_settled, context=self._callback_context)
-
-    def _settled(self, fut: asyncio.Future[Any]) -> None:
-        r = self._deferred_futures.pop(fut)
-        # The common case first (a flush landed: every batch of it settles in one
-        # loop turn): a whole chunk consumed, acknowledged without an outcome object.
-        if not fut.cancelled() and fut.exception() is None:
-            status = fut.result()
-            ctx = r.ctx
-            if (status is None or status is ConsumeStatus.CONSUME_SUCCESS) and (
-                ctx is None or ctx.ack_index >= len(r.msgs) - 1
-            ):
-                self._deferred -= 1
-                self._ack(r, (time.perf_counter() - r.start) * 1000)
-                return
-        self._settle(r, fut)
-
-    def _settle(self, r: Chunk, fut: asyncio.Future[Any]) -> None:
+    def _on_settled(self, r: Chunk, outcome: ListenerOutcome) -> None:
+        """A chunk whose deferred acknowledgement was answered (rmqk.spi.consume.DeferredAck)."""
         self._deferred -= 1
-        if fut.cancelled() and self._stopped:
+        if self._stopped and isinstance(outcome.exception, asyncio.CancelledError):
             return  # given up at shutdown: the batch stays unacknowledged
-        ctx = r.ctx
-        duration = (time.perf_counter() - r.start) * 1000
-        if fut.cancelled():
-            outcome = ListenerOutcome(
-                None, asyncio.CancelledError("the listener's future was cancelled"), duration
-            )
-        else:
-            exc = fut.exception()
-            outcome = ListenerOutcome(fut.result() if exc is None else None, exc, duration)
-        status = self._status(outcome)
-        if status is ConsumeStatus.CONSUME_SUCCESS and (
-            ctx is None or ctx.ack_index >= len(r.msgs) - 1
+        status, ctx = outcome.status, r.ctx
+        if (
+            outcome.exception is None
+            and (status is None or status is ConsumeStatus.CONSUME_SUCCESS)
+            and (ctx is None or ctx.ack_index >= len(r.msgs) - 1)
         ):
-            self._ack(r, duration)
+            self._ack(r, outcome.duration_ms)
             return
         if not self._stopped:
             spawn(self._tasks, self._finish(r, ctx, outcome))
@@ -457,10 +399,6 @@ class ConcurrentConsumeService:
         live = [] if self._stopped else [r for r in group if not r.pq.dropped]
         if not live:
             return
-        if invoker.hooks_enabled():
-            for r in live:
-                await self._consume(r)
-            return
         started = int(time.time() * 1000)
         for r in live:
             self._stamp(r, started)
@@ -484,8 +422,9 @@ class ConcurrentConsumeService:
             for r in live[started:]:
                 self._queue.put_nowait(r)
 
-        outcomes = await invoker.invoke_group(
-            [(r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)],
+        # Delivered with the client's consume interceptors around each call, if any.
+        outcomes = await invoker.deliver_group(
+            [(r.mq, r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)],
             on_give_up=give_up,
             watch_single=held is not None,
         )
@@ -534,76 +473,6 @@ class ConcurrentConsumeService:
 
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         return concurrent_status(outcome, self.host)
-
-    async def _consume(self, r: Chunk) -> None:
-        """One chunk with the consume hooks around it."""
-        host = self.host
-        self._stamp(r, int(time.time() * 1000))
-        msgs, mq = r.msgs, r.mq
-        ctx = ConsumeConcurrentlyContext(mq)
-        # concurrent_status reports a listener's exception, as on the hook-free path.
-        outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx, detach=True, report=False)
-        if isinstance(outcome.status, asyncio.Future):
-            # A deferred acknowledgement (a sink's flush): awaited beside the workers, as
-            # without hooks; counted until its task ends (after hook and ack included).
-            future = outcome.status
-            self._deferred += 1
-            self._hooked_futures.add(future)
-            task = spawn(self._tasks, self._conclude_later(r, ctx, hook_ctx, outcome))
-            task.add_done_callback(functools.partial(self._hooked_done, future))
-            return
-        await self._conclude(r, ctx, outcome, hook_ctx)
-
-    async def _conclude_later(
-        self,
-        r: Chunk,
-        ctx: ConsumeConcurrentlyContext,
-        hook_ctx: ConsumeMessageContext | None,
-        promised: ListenerOutcome,
-    ) -> None:
-        """Conclude a hooked chunk once the future its listener returned resolves."""
-        began = time.perf_counter() - promised.duration_ms / 1000
-        try:
-            outcome = ListenerOutcome(await promised.status, None, 0.0)
-        except asyncio.CancelledError:
-            if self._stopped:
-                return  # given up at shutdown: the batch stays unacknowledged
-            outcome = ListenerOutcome(
-                None, asyncio.CancelledError("the listener's future was cancelled"), 0.0
-            )
-        except Exception as exc:
-            outcome = ListenerOutcome(None, exc, 0.0)
-        outcome.duration_ms = (time.perf_counter() - began) * 1000
-        try:
-            await self._conclude(r, ctx, outcome, hook_ctx)
-        except Exception:
-            log.exception("consume of %s failed unexpectedly", r.mq)
-
-    def _hooked_done(self, future: asyncio.Future[Any], _task: asyncio.Task[Any]) -> None:
-        self._deferred -= 1
-        self._hooked_futures.discard(future)
-
-    async def _conclude(
-        self,
-        r: Chunk,
-        ctx: ConsumeConcurrentlyContext,
-        outcome: ListenerOutcome,
-        hook_ctx: ConsumeMessageContext | None,
-    ) -> None:
-        """The ``after`` hook, the statistics and the result of one hooked chunk."""
-        host = self.host
-        msgs, pq, mq = r.msgs, r.pq, r.mq
-        status = self._status(outcome)
-        if hook_ctx is not None:
-            describe_outcome(hook_ctx, outcome, status, host.options.consume_timeout * 60_000)
-            await host.listener.after(hook_ctx)
-        host.stats.consume_rt(mq.topic, outcome.duration_ms)
-        if pq.is_dropped() or _halted(outcome):
-            # The queue went to another member: its results are discarded, the new owner
-            # consumes these messages again (at-least-once). Or the sink halted (see
-            # _halted).
-            return
-        await self._process_result(status, ctx, msgs, pq, mq)
 
     async def _process_result(
         self,

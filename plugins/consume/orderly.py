@@ -201,7 +201,7 @@ class OrderlyConsumeService:
                     break
 
     async def _consume_batch(self, msgs: list[MessageExt], pq: QueueView, mq: MessageQueue) -> bool:
-        """One batch: the listener call, the hooks and the result; False stops the drain."""
+        """One batch: its delivery and the result; False stops the drain."""
         host = self.host
         host.reset_retry_topic(msgs)
         ctx = ConsumeOrderlyContext(mq)
@@ -212,12 +212,12 @@ class OrderlyConsumeService:
                     "the message queue not be able to consume, because it's dropped. %s", mq
                 )
                 return False
-            # Reported below, with the status it leads to.
-            outcome, hook_ctx = await host.listener.invoke(mq, msgs, ctx, report=False)
+            # The client's consume interceptors run around the listener in deliver,
+            # which also waits for a deferred acknowledgement and logs a failure.
+            outcome = await host.deliver(mq, msgs, ctx)
+        assert outcome is not None  # no settled callback: always the final outcome
         status = None if outcome.exception is not None else normalize_orderly_status(outcome.status)
-        if outcome.exception is not None:
-            host.listener.report_failure(outcome.exception, mq)
-        elif status is None:
+        if status is None and outcome.exception is None:
             log.warning(
                 "listener of %s returned %r; treating it as SUSPEND",
                 host.group,
@@ -225,15 +225,6 @@ class OrderlyConsumeService:
             )
         if status is None:
             status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-        if hook_ctx is not None:
-            hook_ctx.status = status.value
-            hook_ctx.success = status in (
-                ConsumeOrderlyStatus.SUCCESS,
-                ConsumeOrderlyStatus.COMMIT,
-            )
-            hook_ctx.duration_ms = outcome.duration_ms
-            hook_ctx.exception = outcome.exception
-            await host.listener.after(hook_ctx)
         host.stats.consume_rt(mq.topic, outcome.duration_ms)
         if isinstance(outcome.exception, SinkHalted):
             # The sink halts the consumer: the batch is neither committed nor retried.

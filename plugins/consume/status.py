@@ -48,9 +48,9 @@ def normalize_status(value: Any) -> ConsumeStatus | None:
 
 def concurrent_status(outcome: ListenerOutcome, host: ConsumeHost) -> ConsumeStatus:
     """A concurrent listener call's status: an exception or an answer not understood
-    is RECONSUME_LATER (reported, or logged as such)."""
+    is RECONSUME_LATER (an exception was reported by ``deliver``; an answer not
+    understood is logged here)."""
     if outcome.exception is not None:
-        host.listener.report_failure(outcome.exception)
         return ConsumeStatus.RECONSUME_LATER
     status = normalize_status(outcome.status)
     if status is None:

@@ -96,15 +96,10 @@ class OffsetBatchesService:
             if not msgs:
                 return
             host.reset_retry_topic(msgs)
-            # A listener's exception is in the outcome, and logged by invoke.
-            outcome, hook_ctx = await host.listener.invoke(mq, msgs, BatchContext(mq))
+            # The consume hooks run around the listener; its exception is in the outcome,
+            # and logged by deliver.
+            outcome = await host.deliver(mq, msgs, BatchContext(mq))
             ok = outcome.exception is None and outcome.status in _SUCCESS
-            if hook_ctx is not None:
-                hook_ctx.success = ok
-                hook_ctx.status = "CONSUME_SUCCESS" if ok else "RECONSUME_LATER"
-                hook_ctx.duration_ms = outcome.duration_ms
-                hook_ctx.exception = outcome.exception
-                await host.listener.after(hook_ctx)
             host.stats.consume_rt(mq.topic, outcome.duration_ms)
             if ok:
                 host.stats.consume_ok(mq.topic, len(msgs))
