@@ -41,8 +41,7 @@ def make_transport(namesrv_addr: str, **config: Any) -> Transport:
     """A ``tcp`` transport of the plugin registry, with the RPC hooks wired as the engine does."""
     transport: Transport = registries().transports.create(
         "tcp",
-        TransportConfig(namesrv_addrs=(namesrv_addr,), **config),
-        get_plugin_manager().hook,
+        TransportConfig(namesrv_addrs=(namesrv_addr,), hook=get_plugin_manager().hook, **config),
     )
     return transport
 

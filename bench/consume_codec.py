@@ -40,10 +40,10 @@ from collections.abc import Callable
 
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.model.message import MessageExt
-from rmqk.model.uniq_id import create_uniq_id
 from rmqk.plugins.remoting.pull_body import decode_pull_body
 from rmqk.wire import message_codec
 from rmqk.wire.message_codec import encode_stored_message
+from rmqk.wire.uniq_id import create_uniq_id
 
 STEPS = ("decode", "pq", "ext-columns", "columns", "arrow", "parquet")
 

@@ -49,7 +49,7 @@ from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.model.errors import RmqkError
 from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import registries
-from rmqk.spi.contracts import BufferedSink
+from rmqk.spi.contracts import BufferedSink, SinkContext
 
 log = logging.getLogger("rmqk.bench.spark_sink")
 
@@ -118,7 +118,7 @@ async def sink_run(
     timeout: float,
     await_write: bool = False,
 ) -> tuple[ConsumeRun, dict[str, Any]]:
-    sink = registries().sinks.create("spark", sink_options)
+    sink = registries().sinks.create("spark", SinkContext(), sink_options)
     await sink.start()
     done = asyncio.Event()
     count = [0]
@@ -324,7 +324,7 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> Result:
     own_out = args.out is None
     out = Path(args.out or tempfile.mkdtemp(prefix="rmqk-bench-sink-"))
     extra = {k: _scalar(v) for k, v in key_values(args.sink_option).items()}
-    made = registries().sinks.create("spark", {"path": str(out), **extra})
+    made = registries().sinks.create("spark", SinkContext(), {"path": str(out), **extra})
     window = made.window_rows if isinstance(made, BufferedSink) else 0
     if window and not args.no_widen:
         options = widened(options, window, set(consumer_extra))

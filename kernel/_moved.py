@@ -63,7 +63,8 @@ MOVED: dict[str, str] = {
     "rmqk.supervisor": "rmqk.app.supervisor",
     "rmqk.termchart": "rmqk.app.termchart",
     "rmqk.transport": "rmqk.spi.transport",
-    "rmqk.uniq_id": "rmqk.model.uniq_id",
+    "rmqk.uniq_id": "rmqk.wire.uniq_id",
+    "rmqk.model.uniq_id": "rmqk.wire.uniq_id",
     "rmqk.worker": "rmqk.app.worker",
     "rmqk.workers": "rmqk.spi.workers",
 }

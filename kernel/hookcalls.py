@@ -83,6 +83,10 @@ def all_idle(caller: pluggy.HookCaller) -> bool:
     return True
 
 
+# register()'s second argument when the first is a value that carries its name.
+_NAMED: Any = object()
+
+
 class Registration:
     """The ``register`` argument of a registration hook call.
 
@@ -118,7 +122,11 @@ class Registration:
                 owners.setdefault(code, []).append((impl.plugin, impl.plugin_name))
         return cls(add, kind, owners=owners)
 
-    def __call__(self, name: str, value: Any) -> None:
+    def __call__(self, name: Any, value: Any = _NAMED) -> None:
+        # register(PluginFactory(...)) names itself; register(name, value) is the
+        # commands' form (and the deprecated one of bare factories).
+        if value is _NAMED:
+            value, name = name, getattr(name, "name", None)
         self._add(name, value, self._caller())
 
     def _caller(self) -> str:

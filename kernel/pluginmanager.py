@@ -1,4 +1,4 @@
-"""The plugin manager and the typed registries built from it.
+"""The plugin manager, and the typed registries of the process built from it.
 
 Plugins come from entry points of group ``rmqk``; rmqk's own defaults are
 registered the same way, in its pyproject.toml. Environment variables:
@@ -23,38 +23,29 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import attrs
 import pluggy
 
 from rmqk.hookcalls import (
     HookCallable,
-    Registration,
     plugin_calls,
     refuse_unsupported_impls,
     trace_to_stderr,
 )
 from rmqk.model.errors import ConfigError, ConfigProblem, PluginError
+from rmqk.registries import Entry, FactoryRegistry, Registries, Registry
 from rmqk.spi import hookspecs
-
-if TYPE_CHECKING:
-    from rmqk.spi.commands import Command
-    from rmqk.spi.consume import ConsumeService
-    from rmqk.spi.contracts import AllocationStrategy, OffsetStore, OffsetStoreContext, Sink
-    from rmqk.spi.transport import Transport, TransportConfig
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "AllocationStrategyFactory",
-    "ConsumeServiceFactory",
-    "OffsetStoreFactory",
+    "Entry",
+    "FactoryRegistry",
     "PluginManager",
     "Registries",
     "Registry",
-    "SinkFactory",
-    "TransportFactory",
     "await_me_maybe",
     "call_event_hook",
     "get_plugin_manager",
@@ -67,16 +58,6 @@ log = logging.getLogger("rmqk.pluginmanager")
 ENTRY_POINT_GROUP = "rmqk"
 
 T = TypeVar("T")
-V = TypeVar("V")
-P = ParamSpec("P")
-R = TypeVar("R")
-
-# What each registration hook's ``register(name, value)`` takes, per kind.
-AllocationStrategyFactory: TypeAlias = "Callable[..., AllocationStrategy]"  # (**options)
-OffsetStoreFactory: TypeAlias = "Callable[[OffsetStoreContext], OffsetStore]"
-TransportFactory: TypeAlias = "Callable[[TransportConfig, pluggy.HookRelay | None], Transport]"
-ConsumeServiceFactory: TypeAlias = "Callable[..., ConsumeService]"
-SinkFactory: TypeAlias = "Callable[[Mapping[str, Any]], Sink]"  # (sink_options)
 
 _lock = threading.RLock()
 _pm: PluginManager | None = None
@@ -232,134 +213,6 @@ def reset_plugin_manager() -> None:
     with _lock:
         _pm = None
         _registries = None
-
-
-@attrs.frozen
-class Entry(Generic[V]):
-    """One registered name; ``factory`` is the registered value (a Command for commands)."""
-
-    name: str
-    factory: V
-    plugin: str
-
-
-class Registry(Generic[V]):
-    """Named values of one kind, filled by one registration hook."""
-
-    def __init__(
-        self,
-        kind: str,
-        hook_name: str,
-        check: Callable[[object], bool] = callable,
-        expected: str = "a callable factory",
-    ) -> None:
-        self.kind = kind
-        self.hook_name = hook_name
-        self._check = check
-        self._expected = expected
-        self._entries: dict[str, Entry[V]] = {}
-
-    def _fill(self, pm: pluggy.PluginManager) -> None:
-        register = Registration.for_hook(pm, self.hook_name, self.add, self.kind)
-        getattr(pm.hook, self.hook_name)(register=register)
-
-    def add(self, name: str, factory: V, plugin: str) -> None:
-        if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {plugin!r} registered a {self.kind} with no name")
-        if not self._check(factory):
-            raise PluginError(
-                f"plugin {plugin!r} registered {self.kind} {name!r} with {factory!r}, "
-                f"which is not {self._expected}"
-            )
-        existing = self._entries.get(name)
-        if existing is not None:
-            raise PluginError(
-                f"{self.kind} {name!r} is registered twice: by plugin {existing.plugin!r} "
-                f"and by plugin {plugin!r}"
-            )
-        self._entries[name] = Entry(name, factory, plugin)
-
-    def names(self) -> list[str]:
-        return sorted(self._entries)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __iter__(self) -> Iterator[Entry[V]]:
-        return iter(self._entries[n] for n in self.names())
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def entry(self, name: str) -> Entry[V]:
-        try:
-            return self._entries[name]
-        except KeyError:
-            known = ", ".join(self.names()) or "(none: are the rmqk plugins installed and enabled?)"
-            raise PluginError(f"unknown {self.kind} {name!r}; registered: {known}") from None
-
-    def get(self, name: str) -> V:
-        """The value registered under ``name``; an unknown name lists the known ones."""
-        return self.entry(name).factory
-
-
-class FactoryRegistry(Registry[Callable[P, R]], Generic[P, R]):
-    """A registry of factories, each building an ``R`` from the same arguments."""
-
-    def create(self, name: str, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.get(name)(*args, **kwargs)
-
-
-def _is_command(value: object) -> bool:
-    return callable(getattr(value, "run", None))
-
-
-class Registries:
-    """One typed registry per kind of plugin, like tox's registry facade."""
-
-    def __init__(self, pm: pluggy.PluginManager) -> None:
-        self.pm = pm
-        self.allocation_strategies: FactoryRegistry[..., AllocationStrategy] = FactoryRegistry(
-            "allocation strategy", "rmqk_register_allocation_strategies"
-        )
-        self.offset_stores: FactoryRegistry[[OffsetStoreContext], OffsetStore] = FactoryRegistry(
-            "offset store", "rmqk_register_offset_stores"
-        )
-        self.transports: FactoryRegistry[[TransportConfig, pluggy.HookRelay | None], Transport] = (
-            FactoryRegistry("transport", "rmqk_register_transports")
-        )
-        self.consume_services: FactoryRegistry[..., ConsumeService] = FactoryRegistry(
-            "consume service", "rmqk_register_consume_services"
-        )
-        self.sinks: FactoryRegistry[[Mapping[str, Any]], Sink] = FactoryRegistry(
-            "sink", "rmqk_register_sinks"
-        )
-        self.commands: Registry[Command] = Registry(
-            "command",
-            "rmqk_register_commands",
-            check=_is_command,
-            expected="an rmqk.spi.commands.Command",
-        )
-        for reg in self.all():
-            reg._fill(pm)
-
-    def all(self) -> list[Registry[Any]]:
-        """Every registry; what they hold differs by kind, hence ``Any`` in this list."""
-        return [
-            self.allocation_strategies,
-            self.offset_stores,
-            self.transports,
-            self.consume_services,
-            self.sinks,
-            self.commands,
-        ]
-
-    def by_kind(self, kind: str) -> Registry[Any]:
-        for reg in self.all():
-            if reg.kind == kind:
-                return reg
-        known = ", ".join(r.kind for r in self.all())
-        raise PluginError(f"unknown plugin kind {kind!r}; kinds: {known}")
 
 
 def registries() -> Registries:

@@ -34,8 +34,11 @@ def push_consumer(broker: Any, group: str, **options: Any) -> AsyncPushConsumer:
 async def admin_transport(namesrv_addr: str) -> Transport:
     transport: Transport = registries().transports.create(
         "tcp",
-        TransportConfig(namesrv_addrs=(namesrv_addr,), client_id="127.0.0.1@test-admin"),
-        get_plugin_manager().hook,
+        TransportConfig(
+            namesrv_addrs=(namesrv_addr,),
+            client_id="127.0.0.1@test-admin",
+            hook=get_plugin_manager().hook,
+        ),
     )
     await transport.start()
     return transport

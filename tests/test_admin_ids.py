@@ -10,9 +10,9 @@ import pytest
 
 from rmqk.app.cli import main
 from rmqk.model.message import offset_msg_id
-from rmqk.model.uniq_id import UniqIdGenerator, create_uniq_id
 from rmqk.plugins.admin.admin_client import MessageIdKind, message_id_kind
 from rmqk.plugins.broker import connection
+from rmqk.wire.uniq_id import UniqIdGenerator, create_uniq_id
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -19,13 +19,14 @@ from rmqk.model.errors import ConfigError
 from rmqk.pluginmanager import get_plugin_manager, registries, reset_plugin_manager
 from rmqk.plugins.allocation import (
     BUILTIN_FACTORIES,
+    BUILTIN_STRATEGIES,
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
     AllocateMessageQueueConsistentHash,
     md5_hash,
 )
 from rmqk.plugins.allocation.machine_room import broker_machine_room
-from rmqk.spi.contracts import AllocationStrategy
+from rmqk.spi.contracts import AllocationStrategy, AllocationStrategyContext
 from rmqk.spi.hookspecs import Register, hookimpl
 
 pytestmark = pytest.mark.timeout(60)
@@ -497,9 +498,10 @@ def test_plugin_registers_all_six_java_names(fresh_plugins: None) -> None:
     assert set(registry.names()) >= ALL_NAMES
     for name in ALL_NAMES:
         assert registry.entry(name).plugin == "allocation"
-        assert registry.get(name) is BUILTIN_FACTORIES[name]
-    assert registry.create("AVG_BY_CIRCLE").name == "AVG_BY_CIRCLE"
-    nearby = registry.create("MACHINE_ROOM_NEARBY", inner="CONSISTENT_HASH")
+        assert registry.get(name) is BUILTIN_STRATEGIES[name]
+    context = AllocationStrategyContext("g")
+    assert registry.create("AVG_BY_CIRCLE", context).name == "AVG_BY_CIRCLE"
+    nearby = registry.create("MACHINE_ROOM_NEARBY", context, {"inner": "CONSISTENT_HASH"})
     assert nearby.name == "MACHINE_ROOM_NEARBY-CONSISTENT_HASH"
     assert isinstance(nearby, AllocationStrategy)
 

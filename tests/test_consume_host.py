@@ -15,15 +15,27 @@ from rmqk.model import MessageQueue
 from rmqk.model.errors import ConfigError
 from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions, OptionSpec, OptionType
+from rmqk.pluginmanager import registries
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
 from rmqk.plugins.consume.orderly import MAX_TIME_CONSUME_CONTINUOUSLY_MS, OrderlyConsumeService
-from rmqk.spi.consume import factory_option_specs, parse_service_options
+from rmqk.spi.factory import PluginFactory
 
 SPECS = (
     OptionSpec(name="size", value_type=OptionType.INT, doc="", default=4, minimum=1, maximum=9),
     OptionSpec(name="fast", value_type=OptionType.BOOL, doc="", default=False),
 )
 MQ = MessageQueue("T", "b", 0)
+
+
+def parse_service_options(service: str, raw: dict[str, Any], specs: Any) -> Any:
+    """A service's options as the kernel checks them, for every kind the same way."""
+    where = registries().consume_services.where(service)
+    options, problems = PluginFactory(service, lambda host, o: None, specs).parse_options(
+        raw, where
+    )
+    if problems:
+        raise ConfigError(problems)
+    return options
 
 
 def test_parsed_options_hold_every_declared_option_read_only() -> None:
@@ -46,10 +58,12 @@ def test_every_bad_key_is_reported_at_once() -> None:
 
 
 def test_a_service_without_option_specs_takes_no_options() -> None:
-    assert factory_option_specs(lambda host, options: None) == ()
-    assert factory_option_specs(ConcurrentConsumeService) == ()
+    assert PluginFactory("x", lambda host, options: None).option_specs == ()
+    concurrent = registries().consume_services.get("concurrent")
+    assert concurrent.factory is ConcurrentConsumeService
+    assert concurrent.option_specs == ()
     assert parse_service_options("concurrent", {}, ()) == {}
-    with pytest.raises(ConfigError, match="this consume service takes no options"):
+    with pytest.raises(ConfigError, match="unknown option; allowed: no options"):
         parse_service_options("concurrent", {"workers": 3}, ())
 
 

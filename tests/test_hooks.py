@@ -7,6 +7,8 @@ those components; here each hook is checked for the contract docs/hooks.md state
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,14 +16,18 @@ import pytest
 
 from rmqk import hookimpl
 from rmqk.app import cli
-from rmqk.model import MessageQueue
-from rmqk.model.errors import PluginError
+from rmqk.model import MessageModel, MessageQueue
+from rmqk.model.errors import ConfigError, PluginError
 from rmqk.model.message import MessageExt
 from rmqk.pluginmanager import (
     call_event_hook,
     registries,
 )
 from rmqk.spi.contexts import ConsumeMessageContext, FilterMessageContext
+from rmqk.spi.contracts import AllocationStrategyContext, OffsetStoreContext, SinkContext
+from rmqk.spi.factory import PluginFactory
+from rmqk.spi.options import OptionSpec, OptionType
+from rmqk.spi.transport import TransportConfig
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -41,15 +47,24 @@ class Strategy:
         return list(mq_all)[cid_all.index(current_cid) :: self.step]
 
 
+STEP = OptionSpec("step", OptionType.INT, "Every how many queues.", 2, minimum=1)
+
+
 def test_hook_rmqk_register_allocation_strategies(pm: Any) -> None:
     class Plugin:
         @hookimpl
         def rmqk_register_allocation_strategies(self, register: Any) -> None:
-            register("EVERY_OTHER", Strategy)
+            register(
+                PluginFactory(
+                    "EVERY_OTHER",
+                    lambda context, options: Strategy(options["step"]),
+                    options=[STEP],
+                )
+            )
 
     pm.register(Plugin(), name="every-other")
     reg = registries().allocation_strategies
-    strategy = reg.create("EVERY_OTHER", step=2)
+    strategy = reg.create("EVERY_OTHER", AllocationStrategyContext("g"), {"step": 2})
     mqs = [MessageQueue("T", "b", i) for i in range(4)]
     assert strategy.allocate("g", "c2", mqs, ["c1", "c2"]) == [mqs[1], mqs[3]]
     assert reg.entry("EVERY_OTHER").plugin == "every-other"
@@ -61,12 +76,12 @@ def test_duplicate_names_name_both_plugins(pm: Any) -> None:
     class A:
         @hookimpl
         def rmqk_register_allocation_strategies(self, register: Any) -> None:
-            register("SAME", Strategy)
+            register(PluginFactory("SAME", lambda context, options: Strategy()))
 
     class B:
         @hookimpl
         def rmqk_register_allocation_strategies(self, register: Any) -> None:
-            register("SAME", Strategy)
+            register(PluginFactory("SAME", lambda context, options: Strategy()))
 
     pm.register(A(), name="plugin-a")
     pm.register(B(), name="plugin-b")
@@ -83,25 +98,36 @@ def test_register_rejects_a_non_callable_factory(pm: Any) -> None:
             register("broken", 42)
 
     pm.register(Bad(), name="bad")
-    with pytest.raises(PluginError, match=r"sink 'broken'.*not a callable factory"):
+    with pytest.raises(PluginError, match=r"sink 'broken' with 42, which is not an rmqk.spi.factory.PluginFactory"):
         registries()
 
 
 def _check_registration(pm: Any, hook: str, attribute: str, kind: str) -> None:
     made: list[tuple[Any, ...]] = []
 
-    def factory(*args: Any) -> str:
-        made.append(args)
+    def factory(context: Any, options: Any) -> str:
+        made.append((context, dict(options)))
         return f"{kind}-instance"
 
+    name = f"custom-{attribute}"
     plugin = SimpleNamespace()
-    setattr(plugin, hook, hookimpl(lambda register: register(f"custom-{attribute}", factory)))
-    pm.register(plugin, name=f"custom-{attribute}")
+    setattr(plugin, hook, hookimpl(lambda register: register(PluginFactory(name, factory, [STEP]))))
+    pm.register(plugin, name=name)
     reg = getattr(registries(), attribute)
     assert reg.kind == kind
-    assert f"custom-{attribute}" in reg.names()
-    assert reg.create(f"custom-{attribute}", "arg") == f"{kind}-instance"
-    assert made == [("arg",)]
+    assert name in reg.names()
+    # One contract for every kind: factory(context, options), the options checked and resolved.
+    assert reg.create(name, "context", {"step": 3}) == f"{kind}-instance"
+    assert reg.create(name, "context") == f"{kind}-instance"
+    assert made == [("context", {"step": 3}), ("context", {"step": 2})]
+    with pytest.raises(ConfigError) as info:
+        reg.create(name, "context", {"stpe": 3, "step": 0})
+    assert [(p.key, p.message.split(":")[0]) for p in info.value.problems] == [
+        ("stpe", reg.label.format(name=name)),
+        ("step", reg.label.format(name=name)),
+    ]
+    assert "did you mean 'step'" in info.value.problems[0].message
+    assert len(made) == 2  # refused before the factory is called
     with pytest.raises(
         PluginError, match=rf"unknown {kind} 'missing'; registered: .*custom-{attribute}"
     ):
@@ -122,6 +148,91 @@ def test_hook_rmqk_register_consume_services(pm: Any) -> None:
 
 def test_hook_rmqk_register_sinks(pm: Any) -> None:
     _check_registration(pm, "rmqk_register_sinks", "sinks", "sink")
+
+
+def _old_factories(made: list[Any]) -> list[Any]:
+    """A bare factory of each kind in its form before the one contract, and how it is called."""
+
+    def strategy(**options: Any) -> str:
+        made.append(options)
+        return "strategy"
+
+    def store(context: Any) -> str:
+        made.append(context)
+        return "store"
+
+    def transport(config: Any, hook: Any) -> str:
+        made.append((config, hook))
+        return "transport"
+
+    def service(host: Any, options: Any) -> str:
+        made.append((host, dict(options)))
+        return "service"
+
+    service.option_specs = [STEP]  # type: ignore[attr-defined]
+
+    def sink(options: Any) -> str:
+        made.append(dict(options))
+        return "sink"
+
+    store_context = OffsetStoreContext("g", "c", MessageModel.CLUSTERING, options={"ttl": 1})
+    config = TransportConfig(("127.0.0.1:1",), hook="the hook relay")
+    return [
+        ("rmqk_register_allocation_strategies", "allocation_strategies", "factory(**options)",
+         strategy, AllocationStrategyContext("g"), {"step": 5}, {"step": 5}),
+        ("rmqk_register_offset_stores", "offset_stores", "factory(context)",
+         store, store_context, {"ttl": 1}, store_context),
+        ("rmqk_register_transports", "transports", "factory(config, hook)",
+         transport, config, {}, (config, "the hook relay")),
+        ("rmqk_register_consume_services", "consume_services", "factory(host, options)",
+         service, "host", {}, ("host", {"step": 2})),
+        ("rmqk_register_sinks", "sinks", "factory(options)",
+         sink, SinkContext(), {"path": "x"}, {"path": "x"}),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_bare_factory_of_the_old_form_works_for_one_release_with_a_warning(
+    pm: Any, index: int
+) -> None:
+    made: list[Any] = []
+    hook, attribute, old_form, factory, context, options, call = _old_factories(made)[index]
+    plugin = SimpleNamespace()
+    setattr(plugin, hook, hookimpl(lambda register: register("old", factory)))
+    pm.register(plugin, name="old-plugin")
+    with pytest.warns(DeprecationWarning) as warned:
+        reg = getattr(registries(), attribute)
+    (message,) = [str(w.message) for w in warned]
+    assert f"plugin 'old-plugin' registers {reg.kind} 'old' as a bare factory" in message
+    assert old_form in message
+    assert "PluginFactory('old', factory, options=" in message
+    assert "factory(context, options)" in message
+    assert reg.create("old", context, options) == factory.__name__
+    assert made == [call]
+
+
+def test_an_old_consume_service_still_has_its_options_checked(pm: Any) -> None:
+    made: list[Any] = []
+    _, _, _, factory, _, _, _ = _old_factories(made)[3]
+    plugin = SimpleNamespace(
+        rmqk_register_consume_services=hookimpl(lambda register: register("old", factory))
+    )
+    pm.register(plugin, name="old-plugin")
+    with pytest.warns(DeprecationWarning):
+        reg = registries().consume_services
+    with pytest.raises(ConfigError, match=r"consume service 'old': unknown option"):
+        reg.create("old", "host", {"stp": 1})
+    assert made == []
+
+
+def test_a_plugin_factory_registered_under_another_name_is_refused(pm: Any) -> None:
+    factory = PluginFactory("mine", lambda context, options: None)
+    plugin = SimpleNamespace(
+        rmqk_register_sinks=hookimpl(lambda register: register("yours", factory))
+    )
+    pm.register(plugin, name="misnamed")
+    with pytest.raises(PluginError, match=r"registered sink 'mine' under the name 'yours'"):
+        registries()
 
 
 def test_hook_rmqk_register_commands(pm: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -369,3 +480,28 @@ def test_hook_rmqk_check_config(pm: Any, tmp_path: Any) -> None:
         f"{path}: [my_plugin] colour: not red",
         f"{path}: [other] size: too big",
     ]
+
+
+def test_the_registration_snippet_of_docs_hooks_works_as_written(pm: Any) -> None:
+    """docs/hooks.md "One contract for every kind of plugin": its sink, registered as shown,
+    is built with its options checked and resolved, and a bad table is refused."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "hooks.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"^```python\n(.*?)^```", page, re.M | re.S) if "StdoutOptions" in b
+    ]
+
+    class StdoutSink:  # the sink the page leaves to the reader
+        def __init__(self, prefix: str) -> None:
+            self.prefix = prefix
+
+    namespace: dict[str, Any] = {"StdoutSink": StdoutSink}
+    exec(compile(block, "docs/hooks.md", "exec"), namespace)
+    pm.register(SimpleNamespace(rmqk_register_sinks=namespace["rmqk_register_sinks"]), name="doc")
+    sinks = registries().sinks
+    assert sinks.create("stdout", SinkContext(), {"prefix": "> "}).prefix == "> "
+    assert sinks.create("stdout", SinkContext()).prefix == ""
+    with pytest.raises(ConfigError) as info:
+        sinks.create("stdout", SinkContext(), {"prefx": "> "})
+    (problem,) = info.value.problems
+    assert (problem.table, problem.key) == ("sink_options", "prefx")
+    assert "stdout: " in problem.message and "did you mean 'prefix'" in problem.message

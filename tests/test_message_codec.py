@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from rmqk.model.errors import FrameError
 from rmqk.model.message import Message, MessageExt, decode_offset_msg_id, offset_msg_id
-from rmqk.model.uniq_id import UniqIdGenerator, uniq_id_timestamp
 from rmqk.wire import message_codec as mc
 from rmqk.wire.message_codec import (
     MAGIC_CODE_V1,
@@ -30,6 +29,7 @@ from rmqk.wire.message_codec import (
     patch_stored_message,
     record_total_size,
 )
+from rmqk.wire.uniq_id import UniqIdGenerator, uniq_id_timestamp
 
 pytestmark = pytest.mark.timeout(60)
 

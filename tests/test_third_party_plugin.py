@@ -23,7 +23,11 @@ from cli_support import installed_distribution, module_broker, produce, start_rm
 
 from rmqk.app.config import load_config
 from rmqk.model import MessageQueue
+from rmqk.model.errors import ConfigError
 from rmqk.pluginmanager import plugin_distribution, registries
+from rmqk.spi.contracts import AllocationStrategyContext
+
+CONTEXT = AllocationStrategyContext("g")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,18 +48,24 @@ def test_entry_point_registers_the_strategy(installed_plugin: str) -> None:
     dist = plugin_distribution("every_other")
     assert dist is not None and dist.distribution == installed_plugin and dist.version == "1.0.0"
     mqs = [MessageQueue("T", "b", i) for i in range(5)]
-    plain = reg.create("EVERY_OTHER")
+    plain = reg.create("EVERY_OTHER", CONTEXT)
     assert plain.allocate("g", "c1", mqs, ["c1", "c2"]) == [mqs[0], mqs[2], mqs[4]]
     assert plain.allocate("g", "c2", mqs, ["c1", "c2"]) == [mqs[1], mqs[3]]
-    shifted = reg.create("EVERY_OTHER", offset=1)
+    shifted = reg.create("EVERY_OTHER", CONTEXT, {"offset": 1})
     assert shifted.allocate("g", "c1", mqs, ["c1", "c2"]) == [mqs[1], mqs[3]]
     assert plain.allocate("g", "gone", mqs, ["c1", "c2"]) == []
-    with pytest.raises(ValueError, match="offset must be a non-negative integer"):
-        reg.create("EVERY_OTHER", offset=-1)
+    # Its declared options are checked by rmqk before the factory is called.
+    with pytest.raises(ConfigError) as info:
+        reg.create("EVERY_OTHER", CONTEXT, {"offset": -1, "ofset": 1})
+    assert [(p.table, p.key) for p in info.value.problems] == [
+        ("allocate_options", "offset"),
+        ("allocate_options", "ofset"),
+    ]
+    assert "EVERY_OTHER: " in str(info.value) and "did you mean 'offset'" in str(info.value)
 
 
 def test_every_queue_goes_to_exactly_one_member(installed_plugin: str) -> None:
-    strategy = registries().allocation_strategies.create("EVERY_OTHER", offset=3)
+    strategy = registries().allocation_strategies.create("EVERY_OTHER", CONTEXT, {"offset": 3})
     for queues in range(0, 9):
         mqs = [MessageQueue("T", "b", i) for i in range(queues)]
         for members in range(1, 6):
@@ -70,7 +80,7 @@ def test_the_example_config_selects_the_strategy(installed_plugin: str) -> None:
     spec = config.consumers[0]
     assert spec.options.allocate_message_queue_strategy == "EVERY_OTHER"
     strategy = registries().allocation_strategies.create(
-        spec.options.allocate_message_queue_strategy, **dict(spec.options.allocate_options)
+        spec.options.allocate_message_queue_strategy, CONTEXT, spec.options.allocate_options
     )
     assert strategy.offset == 0
 

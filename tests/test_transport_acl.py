@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 
+import attrs
 import pluggy
 import pytest
 from test_transport_support import PeerConnection, ScriptedServer, config
@@ -221,10 +222,12 @@ def test_no_credentials_no_fields() -> None:
 
 
 def test_hook_rmqk_register_transports() -> None:
-    """The remoting plugin registers the tcp transport factory (config, hook)."""
+    """The remoting plugin registers the tcp transport, built as (config, options)."""
     pm = plugin_manager()
     registries = Registries(pm)
     assert "tcp" in registries.transports
-    transport = registries.transports.create("tcp", config("127.0.0.1:9876"), pm.hook)
+    transport = registries.transports.create(
+        "tcp", attrs.evolve(config("127.0.0.1:9876"), hook=pm.hook)
+    )
     assert isinstance(transport, TcpTransport)
     assert transport.namesrv_addrs == ("127.0.0.1:9876",)

@@ -336,9 +336,9 @@ def java_options() -> str:
 
 def spark_sink_options() -> str:
     """The spark sink's ``sink_options`` keys, from the sink's option declarations."""
-    from rmqk.plugins.spark.options import SPARK_SETTINGS_DOC, SinkOptions
+    from rmqk.plugins.spark.options import SinkOptions
 
-    return options_table(SinkOptions, extra=[("spark.*", "string", "", "", SPARK_SETTINGS_DOC)])
+    return options_table(SinkOptions)
 
 
 def spark_source_options() -> str:

@@ -4,10 +4,11 @@
 that ``check`` accepts is one ``run`` can start. For every consumer it builds what
 the consumer would be made of, short of connecting: the sink (its factory
 checks its options and imports its functions), the allocation strategy, the
-offset store (not loaded) and the consume service's options. A plugin whose
-factory declares ``option_specs`` has its options table checked against them
-first, the same way for every kind, and is built only when they are right.
-Every problem is reported at once, each naming the file, the table and the key.
+offset store (not loaded), and checks the transport's and the consume service's
+options. Every plugin's options table is checked first against the options its
+:class:`rmqk.spi.factory.PluginFactory` declares, the same way for every kind, and
+the plugin is built only when they are right. Every problem is reported at once,
+each naming the file, the table and the key.
 
 ``rmqk check`` calls :func:`check_file`: the plugins only check their tables
 (``rmqk_check_config``), so an in-process check configures nothing, and it also
@@ -31,14 +32,12 @@ from rmqk.app.config import (
 )
 from rmqk.model.errors import ClientError, ConfigError, ConfigProblem, RmqkError
 from rmqk.options import Where, rehome
-from rmqk.pluginmanager import Registry, registries
-from rmqk.spi.consume import factory_option_specs, parse_service_options
-from rmqk.spi.contracts import OffsetStoreContext
+from rmqk.pluginmanager import FactoryRegistry, registries
+from rmqk.spi.contracts import AllocationStrategyContext, OffsetStoreContext, SinkContext
 from rmqk.spi.option_text import render_key
-from rmqk.spi.options import plugin_option_problems
 from rmqk.spi.transport import Transport
 
-__all__ = ["check", "check_file", "preflight", "preflight_problems", "sink_step"]
+__all__ = ["check", "check_file", "preflight", "preflight_problems", "sink_context", "sink_step"]
 
 # A store built only to check its options is never loaded, so no file is read
 # under this id; the real one (ip@pid) is known once the client instance exists.
@@ -130,7 +129,14 @@ def _consumer_problems(
     path: str, spec: ConsumerSpec, skip: frozenset[str] = frozenset()
 ) -> list[ConfigProblem]:
     """The problems of the plugins ``spec`` is composed of, except those resting on a key
-    in ``skip`` (keys of a table with problems already reported)."""
+    in ``skip`` (keys of a table with problems already reported).
+
+    Every kind is checked the same way: the plugin's options table against the options
+    its :class:`rmqk.spi.factory.PluginFactory` declares (the registry's
+    ``option_problems``); the plugins that need no connection are then built, so that
+    what only their factory can say (two options that exclude each other, a function
+    that does not import) is said too.
+    """
     where = Where(path, spec.table)
     problems: list[ConfigProblem] = []
     regs = registries()
@@ -148,17 +154,17 @@ def _consumer_problems(
                 f"(registered sinks: {names})",
             )
         )
-    elif declared := _declared_problems(where, regs.sinks, spec.sink, spec.sink_options):
+    elif declared := _option_problems(where, regs.sinks, spec.sink, spec.sink_options):
         problems += declared
     else:
         try:
             with sink_step(path, spec, "factory"):
-                regs.sinks.create(spec.sink, spec.sink_options)
+                regs.sinks.create(spec.sink, sink_context(spec), spec.sink_options)
         except ConfigError as exc:
             problems += exc.problems
     if skip & _ALLOCATION_KEYS:
         pass
-    elif declared := _declared_problems(
+    elif declared := _option_problems(
         where,
         regs.allocation_strategies,
         options.allocate_message_queue_strategy,
@@ -170,12 +176,14 @@ def _consumer_problems(
             where,
             "allocate_options",
             lambda: regs.allocation_strategies.create(
-                options.allocate_message_queue_strategy, **dict(options.allocate_options)
+                options.allocate_message_queue_strategy,
+                AllocationStrategyContext(spec.group),
+                options.allocate_options,
             ),
         )
     if skip & _OFFSET_STORE_KEYS:
         pass
-    elif declared := _declared_problems(
+    elif declared := _option_problems(
         where, regs.offset_stores, options.effective_offset_store, options.offset_store_options
     ):
         problems += declared
@@ -192,57 +200,39 @@ def _consumer_problems(
                     options=options.offset_store_options,
                     client=_Unconnected(),
                 ),
+                options.offset_store_options,
             ),
         )
     if not skip & _TRANSPORT_KEYS:
-        # A transport is built only once the consumer connects: the declaration is all
-        # there is to check before that.
-        problems += _declared_problems(
+        # A transport is built only once the consumer connects, and a consume service
+        # only once it starts: their declarations are all there is to check before.
+        problems += _option_problems(
             where, regs.transports, options.transport, options.transport_options
         )
     if not skip & _CONSUME_SERVICE_KEYS:
-        problems += _built(
+        problems += _option_problems(
             where,
-            "consume_service_options",
-            lambda: parse_service_options(
-                options.consume_service,
-                options.consume_service_options,
-                factory_option_specs(regs.consume_services.get(options.consume_service)),
-            ),
+            regs.consume_services,
+            options.consume_service,
+            options.consume_service_options,
         )
     return problems
 
 
-# The options table of each kind, and how its problems name the plugin: as the
-# plugin's own checks always have (``jsonl: ...``, ``transport 'tcp': ...``).
-_OPTIONS_KEY = {
-    "sink": ("sink_options", "{name}"),
-    "allocation strategy": ("allocate_options", "{name}"),
-    "offset store": ("offset_store_options", "{name}"),
-    "transport": ("transport_options", "transport {name!r}"),
-}
+def sink_context(spec: ConsumerSpec) -> SinkContext:
+    """What the sink of ``spec`` is built for."""
+    return SinkContext(consumer=spec.name, group=spec.group)
 
 
-def _declared_problems(
-    where: Where, registry: Registry[Any], name: str, raw: Mapping[str, Any]
+def _option_problems(
+    where: Where, registry: FactoryRegistry[Any, Any], name: str, raw: Mapping[str, Any]
 ) -> list[ConfigProblem]:
-    """The problems of ``raw`` against the options the plugin's factory declares.
-
-    Every kind is checked the same way: a factory with ``option_specs`` (a sequence
-    of :class:`rmqk.options.OptionSpec`) has its table checked here, any key it does
-    not declare refused. Nothing is found for an unknown name (reported with the
-    plugin names) or a factory that declares nothing: one that predates declarations
-    checks its table itself, when it is built.
-    """
+    """The problems of ``raw``, the options table of plugin ``name``, in the table of its
+    kind (``[consumers.orders.sink_options]``); nothing for an unknown name, which is
+    reported with the registered names."""
     if name not in registry:
         return []
-    factory = registry.get(name)
-    if not hasattr(factory, "option_specs"):
-        return []
-    key, owner = _OPTIONS_KEY[registry.kind]
-    return plugin_option_problems(
-        owner.format(name=name), factory_option_specs(factory), raw, where.nested(key)
-    )
+    return registry.option_problems(name, raw, where.nested(registry.table))
 
 
 def _built(where: Where, key: str, build: Callable[[], object]) -> list[ConfigProblem]:

@@ -14,7 +14,7 @@ import attrs
 
 from rmqk.app.config import Config, ConsumerSpec
 from rmqk.app.logsetup import log_context
-from rmqk.app.preflight import preflight, sink_step
+from rmqk.app.preflight import preflight, sink_context, sink_step
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.listener import listener_name
 from rmqk.model import MessageModel
@@ -99,7 +99,9 @@ class ComposedConsumer:
         # The file the spec came from, named by the errors of the sink.
         self.config_path = config_path
         with sink_step(config_path, spec, "factory"):
-            self.sink: Sink = registries().sinks.create(spec.sink, spec.sink_options)
+            self.sink: Sink = registries().sinks.create(
+                spec.sink, sink_context(spec), spec.sink_options
+            )
         options = spec.options
         sink = self.sink
         if isinstance(sink, BufferedSink) and sink.window_rows > 0:

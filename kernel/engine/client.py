@@ -184,7 +184,7 @@ class ClientInstance:
             credentials=config.credentials,
         )
         self.transport: Transport = registries().transports.create(
-            config.transport, tconf, get_plugin_manager().hook
+            config.transport, attrs.evolve(tconf, hook=get_plugin_manager().hook), tconf.options
         )
         self.transport.set_inbound_handler(self)
         self.consumers: dict[str, MemberInner] = {}

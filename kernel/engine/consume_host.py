@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from rmqk.engine.process_queue import ProcessQueue
 from rmqk.model import MessageModel, MessageQueue
+from rmqk.model.errors import ConfigError
 from rmqk.model.message import MessageExt
 from rmqk.options import ConsumerOptions
 from rmqk.pluginmanager import registries
@@ -24,8 +25,6 @@ from rmqk.spi.consume import (
     ConsumeStats,
     ListenerOutcome,
     QueueView,
-    factory_option_specs,
-    parse_service_options,
 )
 
 if TYPE_CHECKING:
@@ -121,10 +120,12 @@ def create_consume_service(consumer: AsyncPushConsumer, name: str) -> ConsumeSer
     Raises :class:`rmqk.model.errors.ConfigError` for ``consume_service_options`` the
     service does not take, before anything is built.
     """
-    factory = registries().consume_services.get(name)
-    options = parse_service_options(
-        name, consumer.options.consume_service_options, factory_option_specs(factory)
-    )
+    registry = registries().consume_services
+    raw = consumer.options.consume_service_options
+    # Checked before the host is made: a refused table builds nothing.
+    problems = registry.option_problems(name, raw)
+    if problems:
+        raise ConfigError(problems)
     host: ConsumeHost = PushConsumeHost(consumer, asyncio.get_running_loop())
-    service: ConsumeService = factory(host, options)
+    service: ConsumeService = registry.create(name, host, raw)
     return service

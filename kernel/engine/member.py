@@ -39,7 +39,7 @@ from rmqk.model.offsets_reset import OffsetsReset, OffsetsWentBackwardsError
 from rmqk.options import ConsumerOptions, Where, check_group
 from rmqk.pluginmanager import call_event_hook, check_hook_plugins, registries
 from rmqk.spi.contexts import ClientContext, ClientRole
-from rmqk.spi.contracts import AllocationStrategy, OffsetStore
+from rmqk.spi.contracts import AllocationStrategy, AllocationStrategyContext, OffsetStore
 from rmqk.spi.options import option_specs
 from rmqk.spi.transport import (
     ConsumeMessageDirectlyResult,
@@ -225,7 +225,9 @@ class ConsumerMember:
         opts = self.options
         self._namesrv = resolve_namesrv(opts)
         self.allocation_strategy = registries().allocation_strategies.create(
-            opts.allocate_message_queue_strategy, **dict(opts.allocate_options)
+            opts.allocate_message_queue_strategy,
+            AllocationStrategyContext(self.group),
+            opts.allocate_options,
         )
         self.client = client_for(opts, self.message_model, self._namesrv)
         self.client_id = self.client.client_id

@@ -68,12 +68,12 @@ from rmqk.model.errors import (
     RmqkError,
 )
 from rmqk.model.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
-from rmqk.model.uniq_id import create_uniq_id
 from rmqk.options.producer import DEFAULT_RETRY_RESPONSE_CODES, ProducerOptions
 from rmqk.pluginmanager import check_hook_plugins
 from rmqk.spi.client_options import ClientOptions, resolve_client_options
 from rmqk.spi.options import Where
 from rmqk.spi.transport import SendMessageRequest
+from rmqk.wire.uniq_id import create_uniq_id
 
 __all__ = [
     "AsyncProducer",

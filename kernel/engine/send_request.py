@@ -21,8 +21,8 @@ from rmqk.model.errors import (
     SendFailedError,
 )
 from rmqk.model.message import Message, MessageProperty, format_properties
-from rmqk.model.uniq_id import create_uniq_id
 from rmqk.spi.transport import SendMessageRequest
+from rmqk.wire.uniq_id import create_uniq_id
 
 __all__ = [
     "ACCESS_BROKER_TIMEOUT",

@@ -136,6 +136,7 @@ async def load_offset_store(
             options=options.offset_store_options,
             client=client,
         ),
+        options.offset_store_options,
     )
     await store.load()
     return store

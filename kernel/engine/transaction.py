@@ -31,9 +31,9 @@ from rmqk.model import MessageQueue, SendResult, SendStatus
 from rmqk.model import namespace as nsutil
 from rmqk.model.errors import ClientError
 from rmqk.model.message import Message, MessageExt, MessageProperty, decode_offset_msg_id
-from rmqk.model.uniq_id import create_uniq_id
 from rmqk.spi.transport import CheckTransactionStateRequest
 from rmqk.wire.protocol import RemotingCommand, RequestCode
+from rmqk.wire.uniq_id import create_uniq_id
 
 __all__ = [
     "AsyncTransactionProducer",

@@ -1,18 +1,18 @@
 """The written contract between the push consumer and a consume service plugin.
 
 A consume service drains what the push consumer pulled into the user's listener
-and acknowledges it. It is registered by name through the
-``rmqk_register_consume_services`` hook and built as ``factory(host, options)``:
+and acknowledges it. It is registered through the ``rmqk_register_consume_services``
+hook as an :class:`rmqk.spi.factory.PluginFactory`, built as ``factory(host, options)``
+like every kind of plugin:
 
-* ``host`` is a :class:`ConsumeHost`, everything the service may use of the
+* ``host`` (the kind's context) is a :class:`ConsumeHost`, everything the service may use of the
   consumer: the listener (with the consume hooks around it), acknowledgement and
   offsets, sending back for redelivery, statistics, broker locks and the
   consumer's options. A service needs nothing else, and reaches nothing else.
-* ``options`` are the consumer's ``consume_service_options`` table, checked
-  against the ``option_specs`` the factory declares (a sequence of
-  :class:`rmqk.options.OptionSpec`) and completed with their defaults. A factory
-  that declares none takes no options: any key given is an error, so no option
-  is accepted and then ignored.
+* ``options`` are the consumer's ``consume_service_options`` table, checked by
+  the kernel against the options the registration declares and resolved. A
+  service that declares none takes no options: any key given is an error, so no
+  option is accepted and then ignored.
 
 The factory returns a :class:`ConsumeService`. docs/tutorial-consume-service.md
 writes one from this contract alone.
@@ -21,39 +21,31 @@ writes one from this contract alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from rmqk.model import MessageModel, MessageQueue
-from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.model.message import MessageExt
-from rmqk.options import ConsumerOptions, OptionSpec, unknown_key_message
+from rmqk.options import ConsumerOptions
 from rmqk.spi.contexts import ConsumeMessageContext
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 __all__ = [
     "JAVA_INT_MAX",
-    "OPTIONS_TABLE",
     "REBALANCE_LOCK_INTERVAL_MS",
     "ConsumeConcurrentlyContext",
     "ConsumeHost",
     "ConsumeListener",
     "ConsumeOrderlyContext",
     "ConsumeService",
-    "ConsumeServiceFactory",
     "ConsumeStats",
     "DeferredAck",
     "ListenerOutcome",
     "QueueView",
-    "factory_option_specs",
-    "parse_service_options",
 ]
 
-OPTIONS_TABLE = "consume_service_options"
-_WHERE = "<options>"
 
 JAVA_INT_MAX = 2**31 - 1
 # rocketmq.client.rebalance.lockInterval: how often orderly consumers renew their locks.
@@ -320,47 +312,3 @@ class ConsumeService(Protocol):
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
         """CONSUME_MESSAGE_DIRECTLY from the admin tools: one listener call, no hooks."""
-
-
-class ConsumeServiceFactory(Protocol):
-    """``factory(host, options)``; may carry ``option_specs``, the options it takes."""
-
-    def __call__(self, host: ConsumeHost, options: Mapping[str, Any]) -> ConsumeService: ...
-
-
-def factory_option_specs(factory: object) -> tuple[OptionSpec, ...]:
-    """The options a factory declares; none when it has no ``option_specs``."""
-    return tuple(getattr(factory, "option_specs", ()))
-
-
-def parse_service_options(
-    service: str, raw: Mapping[str, Any], specs: Sequence[OptionSpec]
-) -> Mapping[str, Any]:
-    """``raw`` checked against ``specs``: every declared option, defaults filled in.
-
-    Raises :class:`rmqk.model.errors.ConfigError` with one problem per unknown key or
-    rejected value, each naming the key, the service and what is allowed.
-    """
-    by_name = {spec.name: spec for spec in specs}
-    problems: list[ConfigProblem] = []
-    values: dict[str, Any] = {spec.name: spec.default for spec in specs}
-    for key, value in raw.items():
-        spec = by_name.get(key)
-        if spec is None:
-            if by_name:
-                message = unknown_key_message(key, by_name)
-            else:
-                message = "unknown key; this consume service takes no options"
-            problems.append(_problem(service, key, message))
-            continue
-        try:
-            values[key] = spec.convert(value)
-        except ValueError as exc:  # the option table's converters say what is allowed
-            problems.append(_problem(service, key, str(exc)))
-    if problems:
-        raise ConfigError(problems)
-    return MappingProxyType(values)
-
-
-def _problem(service: str, key: str, message: str) -> ConfigProblem:
-    return ConfigProblem(_WHERE, OPTIONS_TABLE, key, f"consume service {service!r}: {message}")

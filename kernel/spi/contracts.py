@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllocationStrategy",
+    "AllocationStrategyContext",
     "BodyParsingSink",
     "BrokerClient",
     "BrokerOffsetStore",
@@ -27,6 +28,7 @@ __all__ = [
     "OffsetsRecordingSink",
     "ReadOffsetType",
     "Sink",
+    "SinkContext",
 ]
 
 
@@ -49,6 +51,16 @@ class AllocationStrategy(Protocol):
         mq_all: Sequence[MessageQueue],
         cid_all: Sequence[str],
     ) -> list[MessageQueue]: ...
+
+
+@attrs.frozen
+class AllocationStrategyContext:
+    """What an allocation strategy factory is given beside its options: the group.
+
+    (The consumer's client id is ``allocate``'s: the strategy is built before it is known.)
+    """
+
+    group: str
 
 
 class ReadOffsetType(enum.Enum):
@@ -80,6 +92,9 @@ class OffsetStoreContext:
     group: str
     client_id: str
     message_model: MessageModel
+    # The consumer's offset_store_options table as given. A factory registered as a
+    # PluginFactory reads its checked ``options`` argument instead; this is for
+    # factories of the old ``factory(context)`` form, for one release.
     options: Mapping[str, Any] = attrs.field(factory=dict)
     # Route lookups and the transport, for stores that talk to brokers; None in tests
     # and tools that build a store with no client instance.
@@ -118,6 +133,18 @@ class BrokerOffsetStore(OffsetStore, Protocol):
     ) -> None:
         """Send one offset now; raises what the broker lookup or the transport raises."""
         ...
+
+
+@attrs.frozen
+class SinkContext:
+    """What a sink factory is given beside its options: the consumer it delivers for.
+
+    ``consumer`` is the name of the consumer's table (``[consumers.<name>]``) and
+    ``group`` its group; both are empty for a sink built outside a composed consumer.
+    """
+
+    consumer: str = ""
+    group: str = ""
 
 
 class Sink(Protocol):

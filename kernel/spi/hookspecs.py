@@ -3,8 +3,11 @@
 Two kinds of hook:
 
 * Registration hooks (``rmqk_register_*``) are called once, when the plugin
-  manager builds its registries. Each receives a ``register(name, factory)``
-  callable; calling it adds one named implementation. They must be plain
+  manager builds its registries. Each receives a ``register`` callable; calling
+  it adds one named implementation: ``register(PluginFactory(name, factory,
+  options=...))`` for every kind of plugin (:mod:`rmqk.spi.factory`: the factory
+  is called as ``factory(context, options)`` with its declared options checked
+  by the kernel), ``register(name, command)`` for commands. They must be plain
   functions (not ``async def``). Registering a name twice is an error that names
   both plugins.
 * Event hooks are called by the engine while clients run. The filter,
@@ -28,8 +31,8 @@ tests/test_hook_docs.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 import pluggy
 
@@ -48,8 +51,14 @@ PROJECT_NAME = "rmqk"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-# register(name, factory); for commands the second argument is an rmqk.spi.commands.Command.
-Register = Callable[[str, Any], None]
+
+class Register(Protocol):
+    """A registration hook's ``register``: ``register(PluginFactory(...))`` for every
+    plugin kind (:mod:`rmqk.spi.factory`), ``register(name, command)`` for commands;
+    ``register(name, factory)``, a bare factory, is deprecated (kept for one release)."""
+
+    def __call__(self, name: Any, value: Any = ..., /) -> None: ...
+
 
 # Event hooks whose implementations the kernel awaits one at a time (rmqk.hookcalls).
 AWAITED_HOOKS = frozenset(
@@ -70,83 +79,67 @@ AWAITED_HOOKS = frozenset(
 
 @hookspec
 def rmqk_register_allocation_strategies(register: Register) -> None:
-    """Register allocation strategies by name.
+    """Register allocation strategies: ``register(PluginFactory(name, factory, options=...))``.
 
-    Called once when the registry of allocation strategies is first used.
-    ``register(name, factory)``: ``factory(**options)`` returns an object with
-    ``name`` and ``allocate(group, current_cid, mq_all, cid_all) -> list[MessageQueue]``
-    (see :class:`rmqk.spi.contracts.AllocationStrategy`), where ``options`` come from the
-    consumer's ``allocate_options`` table. A factory with ``option_specs`` (a
-    sequence of :class:`rmqk.options.OptionSpec`) has that table checked against
-    them by ``rmqk check`` and ``rmqk run`` before it is called: any other key is
-    refused. Names are what a config's ``allocate_message_queue_strategy``
-    selects (``AVG`` is the default). Returns nothing. Sync only.
+    ``factory(context, options)`` (:mod:`rmqk.spi.factory`) returns an
+    :class:`rmqk.spi.contracts.AllocationStrategy`; ``context`` is an
+    :class:`rmqk.spi.contracts.AllocationStrategyContext`, ``options`` the consumer's
+    ``allocate_options`` checked by the kernel. A config's
+    ``allocate_message_queue_strategy`` selects one by name (``AVG`` is the
+    default). Called once, when the registry is first used. Returns nothing. Sync only.
     """
 
 
 @hookspec
 def rmqk_register_offset_stores(register: Register) -> None:
-    """Register offset stores by name.
+    """Register offset stores: ``register(PluginFactory(name, factory, options=...))``.
 
-    Called once when the registry of offset stores is first used.
-    ``register(name, factory)``: ``factory(context)`` returns an
-    :class:`rmqk.spi.contracts.OffsetStore` for one consumer, where ``context`` is an
-    :class:`rmqk.spi.contracts.OffsetStoreContext`; ``context.options`` is the
-    consumer's ``offset_store_options`` table. A factory with ``option_specs`` has
-    that table checked against them by ``rmqk check`` and ``rmqk run`` before it is
-    called: any other key is refused. The defaults are ``remote-broker``
-    (clustering) and ``local-file`` (broadcasting). Returns nothing. Sync only.
+    ``factory(context, options)`` (:mod:`rmqk.spi.factory`) returns an
+    :class:`rmqk.spi.contracts.OffsetStore` for one consumer; ``context`` is an
+    :class:`rmqk.spi.contracts.OffsetStoreContext`, ``options`` the consumer's
+    ``offset_store_options`` checked by the kernel. The defaults are
+    ``remote-broker`` (clustering) and ``local-file`` (broadcasting). Called once,
+    when the registry is first used. Returns nothing. Sync only.
     """
 
 
 @hookspec
 def rmqk_register_transports(register: Register) -> None:
-    """Register remoting transports by name.
+    """Register remoting transports: ``register(PluginFactory(name, factory, options=...))``.
 
-    Called once when the registry of transports is first used.
-    ``register(name, factory)``: ``factory(config, hook)`` returns an
-    :class:`rmqk.spi.transport.Transport` (the client side of the RocketMQ remoting
-    protocol), where ``config`` is an :class:`rmqk.spi.transport.TransportConfig` and ``hook``
-    is the plugin manager's hook relay, for calling the RPC hooks.
-    A factory with ``option_specs`` (a sequence of :class:`rmqk.options.OptionSpec`)
-    has a consumer's ``transport_options`` checked against them by ``rmqk check``
-    and ``rmqk run``: any other key is refused. The kernel itself passes
-    ``vip_channel_enabled`` when the consumer option of that name is set.
-    The default is ``tcp``. Returns nothing. Sync only.
+    ``factory(context, options)`` (:mod:`rmqk.spi.factory`) returns an
+    :class:`rmqk.spi.transport.Transport`; ``context`` is an
+    :class:`rmqk.spi.transport.TransportConfig` (its ``hook`` calls the RPC hooks),
+    ``options`` the client's ``transport_options`` checked by the kernel, which
+    passes ``vip_channel_enabled`` itself when the client option is set. The
+    default is ``tcp``. Called once, when the registry is first used. Returns
+    nothing. Sync only.
     """
 
 
 @hookspec
 def rmqk_register_consume_services(register: Register) -> None:
-    """Register consume services by name.
+    """Register consume services: ``register(PluginFactory(name, factory, options=...))``.
 
-    Called once when the registry of consume services is first used.
-    ``register(name, factory)``: ``factory(host, options)`` returns an
-    :class:`rmqk.spi.consume.ConsumeService` (``orderly``, ``start``,
-    ``shutdown``, ``submit``, ``consume_message_directly``), the service that
-    drains one push consumer's process queues into its listener. ``host`` is an
-    :class:`rmqk.spi.consume.ConsumeHost`, all of the consumer a service may
-    use (listener, acknowledge, send back, stats, locks, options). ``options``
-    is the consumer's ``consume_service_options`` table, checked against the
-    factory's ``option_specs`` (a sequence of :class:`rmqk.options.OptionSpec`;
-    none declared: the service takes no options) and completed with their
-    defaults; an unknown key or a bad value is a ConfigError. Names are what a
-    config's ``consume_service`` selects (``concurrent``, the default, and
-    ``orderly``). Returns nothing. Sync only.
+    ``factory(context, options)`` (:mod:`rmqk.spi.factory`) returns the
+    :class:`rmqk.spi.consume.ConsumeService` that drains one push consumer's process
+    queues; ``context`` is its :class:`rmqk.spi.consume.ConsumeHost`, ``options``
+    the consumer's ``consume_service_options`` checked by the kernel. A config's
+    ``consume_service`` selects one by name (``concurrent``, the default, and
+    ``orderly``). Called once, when the registry is first used. Returns nothing.
+    Sync only.
     """
 
 
 @hookspec
 def rmqk_register_sinks(register: Register) -> None:
-    """Register sinks by name.
+    """Register sinks: ``register(PluginFactory(name, factory, options=...))``.
 
-    Called once when the registry of sinks is first used.
-    ``register(name, factory)``: ``factory(options)`` returns an
-    :class:`rmqk.spi.contracts.Sink` that a composed consumer hands its batches to;
-    ``options`` is the consumer's ``sink_options`` table. A factory with
-    ``option_specs`` (a sequence of :class:`rmqk.options.OptionSpec`) has that table
-    checked against them by ``rmqk check`` and ``rmqk run`` before it is called: any
-    other key is refused. Returns nothing. Sync only.
+    ``factory(context, options)`` (:mod:`rmqk.spi.factory`) returns the
+    :class:`rmqk.spi.contracts.Sink` a composed consumer hands its batches to;
+    ``context`` is an :class:`rmqk.spi.contracts.SinkContext`, ``options`` the
+    consumer's ``sink_options`` checked by the kernel. Called once, when the
+    registry is first used. Returns nothing. Sync only.
     """
 
 

@@ -15,7 +15,7 @@ import enum
 import importlib
 import os
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from rmqk.spi.option_text import (
 )
 
 __all__ = [
+    "GIVEN_KEYS",
     "JAVA_INT_MAX",
     "JAVA_LONG_MAX",
     "SECRET_TEXT",
@@ -46,12 +47,12 @@ __all__ = [
     "describe_value",
     "freeze",
     "hidden_repr",
+    "is_wildcard",
     "load_object",
     "load_options",
     "option",
     "option_specs",
     "parse_options",
-    "plugin_option_problems",
     "plugin_unknown_key_message",
     "rehome",
     "thaw",
@@ -64,6 +65,9 @@ TIMESTAMP_FORMAT = "yyyyMMddHHmmss"
 _TIMESTAMP_RE = re.compile(r"[0-9]{14}")
 
 _SPEC = "rmqk.option"
+# The field an options class may declare to learn which keys its table gave
+# (for a check across options, such as "only used with body_format = 'json'").
+GIVEN_KEYS = "given_keys"
 T = TypeVar("T")
 
 
@@ -427,8 +431,13 @@ def option(
     Use it for every field of a frozen attrs class; :func:`parse_options` then
     resolves a mapping into that class. The option's key in a table is the
     field's name unless ``name`` says otherwise (``name="startingOffsets"``).
-    Mypy and ruff see an ``attrs.field`` of type Any (RUF009 may need a noqa on
-    fields whose default is a call).
+    A name ending in ``.*`` (``name="spark.*"``) takes every key under that prefix,
+    a dotted key or a nested table alike; the field holds a read-only mapping of
+    each leaf's dotted key to its value, each value converted by this spec.
+    A class that declares ``given_keys: frozenset[str] = attrs.field(factory=frozenset)``
+    (no option) learns from :func:`parse_options` which keys its table gave, for a
+    check across options. Mypy and ruff see an ``attrs.field`` of type Any (RUF009
+    may need a noqa on fields whose default is a call).
     """
     name = spec.pop("name", "")
     meta = {_SPEC: OptionSpec(name=name, value_type=value_type, doc=doc, default=default, **spec)}
@@ -514,9 +523,15 @@ def convert_values(
     """
     problems: list[ConfigProblem] = []
     values: dict[str, Any] = {}
+    # Keys a wildcard spec ("spark.*") takes, each leaf under its dotted key.
+    collected: dict[str, dict[str, Any]] = {}
     for key, raw in mapping.items():
         spec = specs.get(key)
         if spec is None:
+            wildcard = _wildcard_for(specs, str(key))
+            if wildcard is not None:
+                _flatten(str(key), raw, collected.setdefault(wildcard.name, {}))
+                continue
             problems.append(where.problem(str(key), unknown(str(key), list(specs))))
             continue
         if text and isinstance(raw, str):
@@ -525,21 +540,43 @@ def convert_values(
             values[key] = spec.convert(raw)
         except OptionInvalid as exc:
             problems.append(where.problem(f"{key}{exc.at}", str(exc)))
+    for name, leaves in collected.items():
+        spec = specs[name]
+        converted: dict[str, Any] = {}
+        for key, raw in leaves.items():
+            try:
+                converted[key] = spec.convert(raw)
+            except OptionInvalid as exc:
+                problems.append(where.problem(f"{key}{exc.at}", str(exc)))
+        values[name] = MappingProxyType(converted)
     for name, spec in specs.items():
         if spec.required is not None and name not in mapping:
             problems.append(where.problem(name, f"required key is missing: {spec.required}"))
     return values, problems
 
 
-def plugin_option_problems(
-    owner: str, specs: Iterable[OptionSpec], mapping: Mapping[str, Any], where: Where
-) -> list[ConfigProblem]:
-    """:func:`convert_values`' problems for a plugin's options table, each naming the
-    plugin (``owner``, e.g. ``transport 'tcp'``) before what is wrong."""
-    _, problems = convert_values({spec.name: spec for spec in specs}, mapping, where)
-    for problem in problems:
-        problem.message = f"{owner}: {problem.message}"
-    return problems
+def is_wildcard(spec: OptionSpec) -> bool:
+    """Whether ``spec`` takes every key under a prefix (its name ends with ``.*``)."""
+    return spec.name.endswith(".*")
+
+
+def _wildcard_for(specs: Mapping[str, OptionSpec], key: str) -> OptionSpec | None:
+    """The wildcard spec (``spark.*``) taking ``key``: ``spark.x`` or a ``spark`` table."""
+    for spec in specs.values():
+        if is_wildcard(spec):
+            stem = spec.name[:-2]
+            if key == stem or key.startswith(f"{stem}."):
+                return spec
+    return None
+
+
+def _flatten(key: str, value: object, out: dict[str, Any]) -> None:
+    # TOML's dotted keys: spark.sql.x = 1 and "spark.sql.x" = 1 are one setting.
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flatten(f"{key}.{k}", v, out)
+    else:
+        out[key] = value
 
 
 def _from_text(spec: OptionSpec, raw: str) -> object:
@@ -575,7 +612,10 @@ def parse_options(
         return cls(), [problem]
     specs = option_specs(cls)
     values, problems = convert_values(specs, mapping, where, text=text)
-    return cls(**{specs[k].attr: v for k, v in values.items()}), problems
+    given = {specs[k].attr: v for k, v in values.items()}
+    if GIVEN_KEYS in attrs.fields_dict(cls):  # type: ignore[arg-type]
+        given[GIVEN_KEYS] = frozenset(str(k) for k in mapping)
+    return cls(**given), problems
 
 
 def load_options(cls: type[T], mapping: object, where: Where, *, text: bool = False) -> T:

@@ -102,6 +102,8 @@ class TransportConfig:
     # rmqk_before_request hooks ran. None: the process defaults apply (the acl plugin's
     # [acl] table or environment variables, through rmqk_before_request).
     credentials: Credentials | None = None
+    # The plugin manager's hook relay (pm.hook), for calling the RPC hooks; None: none.
+    hook: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 # Java's producer refuses an uncompressed body over its maxMessageSize (4 MiB by

@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 from rmqk.model.errors import FrameError
 from rmqk.model.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Message, MessageExt
-from rmqk.model.uniq_id import create_uniq_id, uniq_id_timestamp
 from rmqk.spi.extensions import extensions_disabled
 from rmqk.spi.transport import DEFAULT_MAX_DECOMPRESSED_BODY_SIZE
 from rmqk.wire.compression import inflate, maybe_compress
@@ -45,6 +44,7 @@ from rmqk.wire.record_layout import (
     store_host_offset,
     store_timestamp_offset,
 )
+from rmqk.wire.uniq_id import create_uniq_id, uniq_id_timestamp
 
 __all__ = [
     "COMMIT_LOG_OFFSET_OFFSET",

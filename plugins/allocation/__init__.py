@@ -21,7 +21,7 @@ and never leave one out. Each module's docstring gives its algorithm and options
 from __future__ import annotations
 
 from rmqk.plugins.allocation.average import AllocateMessageQueueAveragely
-from rmqk.plugins.allocation.catalog import BUILTIN_FACTORIES
+from rmqk.plugins.allocation.catalog import BUILTIN_FACTORIES, BUILTIN_STRATEGIES
 from rmqk.plugins.allocation.circle import AllocateMessageQueueAveragelyByCircle
 from rmqk.plugins.allocation.config import AllocateMessageQueueByConfig
 from rmqk.plugins.allocation.consistent_hash import AllocateMessageQueueConsistentHash, md5_hash
@@ -35,6 +35,7 @@ from rmqk.spi.hookspecs import Register, hookimpl
 
 __all__ = [
     "BUILTIN_FACTORIES",
+    "BUILTIN_STRATEGIES",
     "AllocateMachineRoomNearby",
     "AllocateMessageQueueAveragely",
     "AllocateMessageQueueAveragelyByCircle",
@@ -50,5 +51,5 @@ __all__ = [
 
 @hookimpl
 def rmqk_register_allocation_strategies(register: Register) -> None:
-    for name, factory in BUILTIN_FACTORIES.items():
-        register(name, factory)
+    for factory in BUILTIN_STRATEGIES.values():
+        register(factory)

@@ -9,6 +9,7 @@ import attrs
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation.options import NoOptions, parse_strategy_options
 from rmqk.plugins.allocation.share import JavaStrategy, Share
+from rmqk.spi.contracts import AllocationStrategyContext
 
 __all__ = ["NAME", "AllocateMessageQueueAveragely", "create_averagely"]
 
@@ -47,7 +48,13 @@ class AllocateMessageQueueAveragely(JavaStrategy):
         return list(share.mq_all[start : start + count])
 
 
-def create_averagely(**options: Any) -> AllocateMessageQueueAveragely:
-    """Factory for ``AVG``; it takes no options."""
-    parse_strategy_options(NAME, NoOptions, options)
+def build_averagely(
+    context: AllocationStrategyContext | None, options: NoOptions
+) -> AllocateMessageQueueAveragely:
+    """The registered factory of ``AVG``; it takes no options."""
     return AllocateMessageQueueAveragely()
+
+
+def create_averagely(**options: Any) -> AllocateMessageQueueAveragely:
+    """``AVG`` from Python; it takes no options."""
+    return build_averagely(None, parse_strategy_options(NAME, NoOptions, options))

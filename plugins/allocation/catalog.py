@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 from rmqk.plugins.allocation import (
     average,
@@ -14,11 +15,12 @@ from rmqk.plugins.allocation import (
     machine_room_nearby,
 )
 from rmqk.plugins.allocation.options import STRATEGY_OPTIONS
-from rmqk.spi.contracts import AllocationStrategy
-from rmqk.spi.options import declared_options
+from rmqk.spi.contracts import AllocationStrategy, AllocationStrategyContext
+from rmqk.spi.factory import PluginFactory
 
-__all__ = ["BUILTIN_FACTORIES"]
+__all__ = ["BUILTIN_FACTORIES", "BUILTIN_STRATEGIES"]
 
+# From Python: each builds its strategy from keyword options, checked as the kernel does.
 BUILTIN_FACTORIES: Mapping[str, Callable[..., AllocationStrategy]] = MappingProxyType(
     {
         average.NAME: average.create_averagely,
@@ -30,7 +32,22 @@ BUILTIN_FACTORIES: Mapping[str, Callable[..., AllocationStrategy]] = MappingProx
     }
 )
 
-# The allocate_options each takes: the kernel checks a consumer's table against them
-# before the factory (which checks what the declarations cannot say) is called.
-for _name, _factory in BUILTIN_FACTORIES.items():
-    _factory.option_specs = declared_options(STRATEGY_OPTIONS[_name])  # type: ignore[attr-defined]
+_BUILDERS: Mapping[str, Callable[[AllocationStrategyContext, Any], AllocationStrategy]] = {
+    average.NAME: average.build_averagely,
+    circle.NAME: circle.build_averagely_by_circle,
+    consistent_hash.NAME: consistent_hash.build_consistent_hash,
+    config.NAME: config.build_by_config,
+    machine_room.NAME: machine_room.build_by_machine_room,
+    machine_room_nearby.NAME: machine_room_nearby.build_machine_room_nearby,
+}
+
+# What the plugin registers: each strategy's allocate_options declared (the kernel checks
+# a consumer's table against them), its factory given them resolved.
+BUILTIN_STRATEGIES: Mapping[str, PluginFactory[AllocationStrategyContext, AllocationStrategy]] = (
+    MappingProxyType(
+        {
+            name: PluginFactory(name, build, options=STRATEGY_OPTIONS[name])
+            for name, build in _BUILDERS.items()
+        }
+    )
+)

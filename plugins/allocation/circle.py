@@ -9,6 +9,7 @@ import attrs
 from rmqk.model import MessageQueue
 from rmqk.plugins.allocation.options import NoOptions, parse_strategy_options
 from rmqk.plugins.allocation.share import JavaStrategy, Share
+from rmqk.spi.contracts import AllocationStrategyContext
 
 __all__ = ["NAME", "AllocateMessageQueueAveragelyByCircle", "create_averagely_by_circle"]
 
@@ -31,7 +32,13 @@ class AllocateMessageQueueAveragelyByCircle(JavaStrategy):
         return list(share.mq_all[share.index :: len(share.cid_all)])
 
 
-def create_averagely_by_circle(**options: Any) -> AllocateMessageQueueAveragelyByCircle:
-    """Factory for ``AVG_BY_CIRCLE``; it takes no options."""
-    parse_strategy_options(NAME, NoOptions, options)
+def build_averagely_by_circle(
+    context: AllocationStrategyContext | None, options: NoOptions
+) -> AllocateMessageQueueAveragelyByCircle:
+    """The registered factory of ``AVG_BY_CIRCLE``; it takes no options."""
     return AllocateMessageQueueAveragelyByCircle()
+
+
+def create_averagely_by_circle(**options: Any) -> AllocateMessageQueueAveragelyByCircle:
+    """``AVG_BY_CIRCLE`` from Python; it takes no options."""
+    return build_averagely_by_circle(None, parse_strategy_options(NAME, NoOptions, options))

@@ -39,6 +39,7 @@ from rmqk.plugins.allocation.options import (
     require_int,
 )
 from rmqk.plugins.allocation.share import JavaStrategy, Share
+from rmqk.spi.contracts import AllocationStrategyContext
 
 __all__ = ["NAME", "AllocateMessageQueueByConfig", "create_by_config"]
 
@@ -68,8 +69,15 @@ class AllocateMessageQueueByConfig(JavaStrategy):
 
 
 def create_by_config(**options: Any) -> AllocateMessageQueueByConfig:
-    """Factory for ``CONFIG``: option ``queues``, a list of ``{topic, broker_name, queue_id}``."""
-    raw = parse_strategy_options(NAME, ByConfigOptions, options).queues
+    """``CONFIG`` from Python: option ``queues``, a list of ``{topic, broker_name, queue_id}``."""
+    return build_by_config(None, parse_strategy_options(NAME, ByConfigOptions, options))
+
+
+def build_by_config(
+    context: AllocationStrategyContext | None, options: ByConfigOptions
+) -> AllocateMessageQueueByConfig:
+    """The registered factory of ``CONFIG``."""
+    raw = options.queues
     if not isinstance(raw, list | tuple):
         raise option_error(
             NAME, "queues", f"must be a list of tables (topic, broker_name, queue_id), got {raw!r}"

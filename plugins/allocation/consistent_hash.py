@@ -41,6 +41,7 @@ from rmqk.plugins.allocation.options import (
     parse_strategy_options,
 )
 from rmqk.plugins.allocation.share import JavaStrategy, Share
+from rmqk.spi.contracts import AllocationStrategyContext
 
 __all__ = [
     "DEFAULT_VIRTUAL_NODE_COUNT",
@@ -131,8 +132,14 @@ class AllocateMessageQueueConsistentHash(JavaStrategy):
 
 
 def create_consistent_hash(**options: Any) -> AllocateMessageQueueConsistentHash:
-    """Factory for ``CONSISTENT_HASH``: options ``virtual_node_count``, ``hash_function``."""
-    parsed = parse_strategy_options(NAME, ConsistentHashOptions, options)
+    """``CONSISTENT_HASH`` from Python: options ``virtual_node_count``, ``hash_function``."""
+    return build_consistent_hash(None, parse_strategy_options(NAME, ConsistentHashOptions, options))
+
+
+def build_consistent_hash(
+    context: AllocationStrategyContext | None, parsed: ConsistentHashOptions
+) -> AllocateMessageQueueConsistentHash:
+    """The registered factory of ``CONSISTENT_HASH``."""
     if parsed.hash_function is None:
         return AllocateMessageQueueConsistentHash(parsed.virtual_node_count)
     return AllocateMessageQueueConsistentHash(

@@ -28,6 +28,7 @@ from rmqk.plugins.allocation.options import (
     parse_strategy_options,
 )
 from rmqk.plugins.allocation.share import JavaStrategy, Share
+from rmqk.spi.contracts import AllocationStrategyContext
 
 __all__ = [
     "NAME",
@@ -77,8 +78,15 @@ class AllocateMessageQueueByMachineRoom(JavaStrategy):
 
 
 def create_by_machine_room(**options: Any) -> AllocateMessageQueueByMachineRoom:
-    """Factory for ``MACHINE_ROOM``: option ``consumer_idcs`` (list of room names)."""
-    rooms = list(parse_strategy_options(NAME, MachineRoomOptions, options).consumer_idcs)
+    """``MACHINE_ROOM`` from Python: option ``consumer_idcs`` (list of room names)."""
+    return build_by_machine_room(None, parse_strategy_options(NAME, MachineRoomOptions, options))
+
+
+def build_by_machine_room(
+    context: AllocationStrategyContext | None, options: MachineRoomOptions
+) -> AllocateMessageQueueByMachineRoom:
+    """The registered factory of ``MACHINE_ROOM``."""
+    rooms = list(options.consumer_idcs)
     if not rooms:
         raise option_error(NAME, "consumer_idcs", "must name at least one machine room")
     return AllocateMessageQueueByMachineRoom(rooms)

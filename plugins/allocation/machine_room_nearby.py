@@ -67,7 +67,7 @@ from rmqk.plugins.allocation.options import (
     require_str,
 )
 from rmqk.plugins.allocation.share import JavaStrategy, Share
-from rmqk.spi.contracts import AllocationStrategy
+from rmqk.spi.contracts import AllocationStrategy, AllocationStrategyContext
 
 __all__ = [
     "DEFAULT_BROKER_ROOM_PATTERN",
@@ -169,25 +169,30 @@ class AllocateMachineRoomNearby(JavaStrategy):
 
 
 def create_machine_room_nearby(**options: Any) -> AllocateMachineRoomNearby:
-    """Factory for ``MACHINE_ROOM_NEARBY`` (options in the module docstring)."""
-    # Checks names and types; the raw values are read on, to build the parts.
-    parse_strategy_options(NAME, MachineRoomNearbyOptions, options)
-    inner = _inner_strategy(options.get("inner", DEFAULT_INNER), options.get("inner_options"))
-    if "resolver" in options:
-        clashing = [k for k in ("broker_room_pattern", "consumer_room_pattern") if k in options]
+    """``MACHINE_ROOM_NEARBY`` from Python (options in the module docstring)."""
+    return build_machine_room_nearby(
+        None, parse_strategy_options(NAME, MachineRoomNearbyOptions, options)
+    )
+
+
+def build_machine_room_nearby(
+    context: AllocationStrategyContext | None, options: MachineRoomNearbyOptions
+) -> AllocateMachineRoomNearby:
+    """The registered factory of ``MACHINE_ROOM_NEARBY`` (options in the module docstring)."""
+    inner = _inner_strategy(context, options.inner, options.inner_options)
+    if "resolver" in options.given_keys:
+        clashing = [
+            k for k in ("broker_room_pattern", "consumer_room_pattern") if k in options.given_keys
+        ]
         if clashing:
             raise option_error(
                 NAME, clashing[0], "cannot be combined with resolver; the resolver decides rooms"
             )
-        return AllocateMachineRoomNearby(inner, _resolver(options["resolver"]))
+        return AllocateMachineRoomNearby(inner, _resolver(options.resolver))
     resolver = PatternMachineRoomResolver(
+        _pattern("broker_room_pattern", options.broker_room_pattern, DEFAULT_BROKER_ROOM_PATTERN),
         _pattern(
-            "broker_room_pattern", options.get("broker_room_pattern"), DEFAULT_BROKER_ROOM_PATTERN
-        ),
-        _pattern(
-            "consumer_room_pattern",
-            options.get("consumer_room_pattern"),
-            DEFAULT_CONSUMER_ROOM_PATTERN,
+            "consumer_room_pattern", options.consumer_room_pattern, DEFAULT_CONSUMER_ROOM_PATTERN
         ),
     )
     return AllocateMachineRoomNearby(inner, resolver)
@@ -220,7 +225,9 @@ def _resolver(spec: object) -> MachineRoomResolver:
     return target
 
 
-def _inner_strategy(inner: object, inner_options: object) -> AllocationStrategy:
+def _inner_strategy(
+    context: AllocationStrategyContext | None, inner: object, inner_options: object
+) -> AllocationStrategy:
     if inner_options is None:
         inner_options = {}
     if not isinstance(inner_options, Mapping):
@@ -235,9 +242,9 @@ def _inner_strategy(inner: object, inner_options: object) -> AllocationStrategy:
                 NAME, "inner_options", "only applies when inner names a strategy to build"
             )
         return inner
-    factory = _inner_factory(require_str(NAME, "inner", inner, what="a strategy name"))
+    build = _inner_factory(require_str(NAME, "inner", inner, what="a strategy name"))
     try:
-        strategy = factory(**inner_options)
+        strategy = build(context or AllocationStrategyContext(""), inner_options)
     except ConfigError as exc:
         # Re-home the inner factory's problems under inner_options so the user finds them.
         raise ConfigError(
@@ -256,16 +263,24 @@ def _inner_strategy(inner: object, inner_options: object) -> AllocationStrategy:
     return strategy
 
 
-def _inner_factory(name: str) -> Callable[..., object]:
+def _inner_factory(
+    name: str,
+) -> Callable[[AllocationStrategyContext, Mapping[str, Any]], object]:
+    """How to build the strategy ``name`` from its options table: a built-in one, or any
+    strategy a plugin registered (its table checked by the kernel, as every kind's is)."""
     # Imported here: the catalog imports this module.
     from rmqk.plugins.allocation.catalog import BUILTIN_FACTORIES
 
     factory = BUILTIN_FACTORIES.get(name)
     if factory is not None:
-        return factory
+        create = factory
+        return lambda context, options: create(**options)
     from rmqk.spi.registry import registries
 
-    try:
-        return registries().allocation_strategies.get(name)
-    except PluginError as exc:
-        raise option_error(NAME, "inner", str(exc)) from exc
+    strategies = registries().allocation_strategies
+    if name not in strategies:
+        try:
+            strategies.get(name)
+        except PluginError as exc:
+            raise option_error(NAME, "inner", str(exc)) from exc
+    return lambda context, options: strategies.create(name, context, options)

@@ -138,6 +138,8 @@ class MachineRoomNearbyOptions:
         None,
         default_text="(none)",
     )
+    # The keys the table gave: resolver excludes the patterns only when they are given.
+    given_keys: frozenset[str] = attrs.field(factory=frozenset, eq=False)
 
 
 # Strategy name -> its options, for the config reference.

@@ -24,7 +24,6 @@ import attrs
 from rmqk.model import PERM_READ, PERM_WRITE
 from rmqk.model.errors import FrameError
 from rmqk.model.message import MessageExt, MessageProperty
-from rmqk.model.uniq_id import create_uniq_id
 from rmqk.plugins.broker.store.results import GetMessageStatus, PutResult
 from rmqk.wire.message_codec import (
     MessageSysFlag,
@@ -32,6 +31,7 @@ from rmqk.wire.message_codec import (
     decode_messages,
     java_properties_string,
 )
+from rmqk.wire.uniq_id import create_uniq_id
 
 if TYPE_CHECKING:
     from rmqk.plugins.broker.processors.context import BrokerContext

@@ -22,12 +22,20 @@ commit one offset now and report the outcome (the lite pull consumer's
 
 from __future__ import annotations
 
-from rmqk.plugins.offsets.local_file import LocalFileOffsetStore, create_local_file_store
-from rmqk.plugins.offsets.options import STORE_OPTIONS
-from rmqk.plugins.offsets.remote_broker import RemoteBrokerOffsetStore, create_remote_broker_store
+from rmqk.plugins.offsets.local_file import (
+    LocalFileOffsetStore,
+    build_local_file_store,
+    create_local_file_store,
+)
+from rmqk.plugins.offsets.options import LocalFileOptions, RemoteBrokerOptions
+from rmqk.plugins.offsets.remote_broker import (
+    RemoteBrokerOffsetStore,
+    build_remote_broker_store,
+    create_remote_broker_store,
+)
 from rmqk.plugins.offsets.table import OffsetTable
+from rmqk.spi.factory import PluginFactory
 from rmqk.spi.hookspecs import Register, hookimpl
-from rmqk.spi.options import declared_options
 
 __all__ = [
     "LocalFileOffsetStore",
@@ -38,15 +46,9 @@ __all__ = [
     "rmqk_register_offset_stores",
 ]
 
-# The offset_store_options each takes: the kernel checks a consumer's table against them.
-for _factory, _name in (
-    (create_local_file_store, "local-file"),
-    (create_remote_broker_store, "remote-broker"),
-):
-    _factory.option_specs = declared_options(STORE_OPTIONS[_name])  # type: ignore[union-attr]
-
 
 @hookimpl
 def rmqk_register_offset_stores(register: Register) -> None:
-    register("remote-broker", create_remote_broker_store)
-    register("local-file", create_local_file_store)
+    # The offset_store_options each takes, declared: the kernel checks a consumer's table.
+    register(PluginFactory("remote-broker", build_remote_broker_store, options=RemoteBrokerOptions))
+    register(PluginFactory("local-file", build_local_file_store, options=LocalFileOptions))

@@ -408,8 +408,16 @@ class LocalFileOffsetStore(TableBackedStore):
 
 
 def create_local_file_store(context: OffsetStoreContext) -> LocalFileOffsetStore:
-    """The ``local-file`` factory."""
-    options = parse_store_options(NAME, LocalFileOptions, context.options)
+    """``local-file`` from Python, its options read from ``context.options``."""
+    return build_local_file_store(
+        context, parse_store_options(NAME, LocalFileOptions, context.options)
+    )
+
+
+def build_local_file_store(
+    context: OffsetStoreContext, options: LocalFileOptions
+) -> LocalFileOffsetStore:
+    """The registered factory of ``local-file``."""
     base_dir = default_dir() if options.dir is None else Path(options.dir)
     return LocalFileOffsetStore(
         base_dir, context.client_id, context.group, fsync=options.persist_mode == "fsync"

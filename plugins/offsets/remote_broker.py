@@ -143,6 +143,16 @@ class RemoteBrokerOffsetStore(TableBackedStore):
 
 
 def create_remote_broker_store(context: OffsetStoreContext) -> RemoteBrokerOffsetStore:
-    """The ``remote-broker`` factory."""
-    timeout_ms = parse_store_options(NAME, RemoteBrokerOptions, context.options).timeout_ms
-    return RemoteBrokerOffsetStore(context.client, context.group, context.client_id, timeout_ms)
+    """``remote-broker`` from Python, its options read from ``context.options``."""
+    return build_remote_broker_store(
+        context, parse_store_options(NAME, RemoteBrokerOptions, context.options)
+    )
+
+
+def build_remote_broker_store(
+    context: OffsetStoreContext, options: RemoteBrokerOptions
+) -> RemoteBrokerOffsetStore:
+    """The registered factory of ``remote-broker``."""
+    return RemoteBrokerOffsetStore(
+        context.client, context.group, context.client_id, options.timeout_ms
+    )

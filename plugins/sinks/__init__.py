@@ -4,14 +4,14 @@
 
 from __future__ import annotations
 
-from rmqk.plugins.sinks.jsonl import JsonlSink
-from rmqk.plugins.sinks.python import PythonSink
-from rmqk.plugins.sinks.sqlite import SqliteSink
+from rmqk.plugins.sinks.jsonl import JSONL_SINK
+from rmqk.plugins.sinks.python import PYTHON_SINK
+from rmqk.plugins.sinks.sqlite import SQLITE_SINK
 from rmqk.spi.hookspecs import Register, hookimpl
 
 
 @hookimpl
 def rmqk_register_sinks(register: Register) -> None:
-    register("jsonl", JsonlSink)
-    register("python", PythonSink)
-    register("sqlite", SqliteSink)
+    register(JSONL_SINK)
+    register(PYTHON_SINK)
+    register(SQLITE_SINK)

@@ -19,25 +19,29 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rmqk.model.errors import ConfigError
 from rmqk.plugins.sinks.badbody import BadBodyCounter, BadBodyError, why_unparsed
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
-from rmqk.plugins.sinks.jsonl_options import JsonlOptions, parse_jsonl_options
+from rmqk.plugins.sinks.jsonl_options import (
+    JsonlOptions,
+    jsonl_option_problems,
+    parse_jsonl_options,
+)
 from rmqk.plugins.sinks.records import is_bad, message_record
-from rmqk.spi.options import OptionSpec, declared_options
+from rmqk.spi.contracts import SinkContext
+from rmqk.spi.factory import PluginFactory
 from rmqk.spi.workers import worker_path
 
-__all__ = ["JsonlSink"]
+__all__ = ["JSONL_SINK", "JsonlSink"]
 
 log = logging.getLogger("rmqk.plugins.sinks.jsonl")
 
 
 class JsonlSink(GroupCommitSink):
     sink_name: ClassVar[str] = "jsonl"
-    # The sink_options it takes: the kernel checks a consumer's table against them.
-    option_specs: ClassVar[tuple[OptionSpec, ...]] = declared_options(JsonlOptions)
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        parsed = parse_jsonl_options(options)
+    def __init__(self, options: Mapping[str, Any] | JsonlOptions) -> None:
+        parsed = options if isinstance(options, JsonlOptions) else parse_jsonl_options(options)
         # Under `processes = N` each worker appends to its own file (out.w0.jsonl, ...).
         self.path = Path(worker_path(parsed.path))
         self.body_format = parsed.body_format
@@ -119,3 +123,17 @@ class JsonlSink(GroupCommitSink):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def build_jsonl_sink(context: SinkContext, options: JsonlOptions) -> JsonlSink:
+    """The registered factory of ``jsonl``: the checks across options, then the sink."""
+    problems = jsonl_option_problems(options)
+    if problems:
+        raise ConfigError(problems)
+    return JsonlSink(options)
+
+
+# The sink_options it takes are declared: the kernel checks a consumer's table.
+JSONL_SINK: PluginFactory[SinkContext, JsonlSink] = PluginFactory(
+    "jsonl", build_jsonl_sink, options=JsonlOptions
+)

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.model.errors import ConfigError
+from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.plugins.sinks.badbody import (
     BAD_BODY_ACTIONS,
     CORRUPT_RECORD_COLUMN,
@@ -18,7 +18,7 @@ from rmqk.plugins.sinks.badbody import (
 from rmqk.plugins.sinks.records import BODY_FORMATS, RECORD_KEYS
 from rmqk.spi.options import OptionType, Where, option, parse_options
 
-__all__ = ["JsonlOptions", "parse_jsonl_options"]
+__all__ = ["JsonlOptions", "jsonl_option_problems", "parse_jsonl_options"]
 
 
 @attrs.frozen
@@ -38,14 +38,28 @@ class JsonlOptions:
     fsync: bool = option(
         OptionType.BOOL, "fsync after each write, before the batch is acknowledged.", True
     )
+    # The keys the table gave, for the checks across options below.
+    given_keys: frozenset[str] = attrs.field(factory=frozenset, eq=False)
+
+
+_WHERE = Where("<sink_options>", "jsonl")
 
 
 def parse_jsonl_options(options: Mapping[str, Any]) -> JsonlOptions:
     """The options, or a ConfigError listing every problem."""
-    at = Where("<sink_options>", "jsonl")
-    parsed, problems = parse_options(JsonlOptions, options, at)
+    parsed, problems = parse_options(JsonlOptions, options, _WHERE)
+    problems += jsonl_option_problems(parsed)
+    if problems:
+        raise ConfigError(problems)
+    return parsed
+
+
+def jsonl_option_problems(parsed: JsonlOptions) -> list[ConfigProblem]:
+    """What the declarations cannot say: the checks across options."""
+    at = _WHERE
+    problems: list[ConfigProblem] = []
     for key in ("on_bad_body", "corrupt_record_column"):
-        if key in options and parsed.body_format != "json":
+        if key in parsed.given_keys and parsed.body_format != "json":
             problems.append(at.problem(key, "only used with body_format = 'json'"))
     if parsed.corrupt_record_column in RECORD_KEYS:
         problems.append(
@@ -55,6 +69,4 @@ def parse_jsonl_options(options: Mapping[str, Any]) -> JsonlOptions:
                 f"keys: {', '.join(RECORD_KEYS)}",
             )
         )
-    if problems:
-        raise ConfigError(problems)
-    return parsed
+    return problems

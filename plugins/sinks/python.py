@@ -10,14 +10,15 @@ import asyncio
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from rmqk.model import MessageQueue
 from rmqk.model.message import MessageExt
 from rmqk.plugins.sinks.python_options import PythonSinkOptions, parse_python_sink_options
-from rmqk.spi.options import OptionSpec, declared_options
+from rmqk.spi.contracts import SinkContext
+from rmqk.spi.factory import PluginFactory
 
-__all__ = ["PythonSink", "resolve_callable"]
+__all__ = ["PYTHON_SINK", "PythonSink", "resolve_callable"]
 
 
 def resolve_callable(spec: str) -> Callable[..., Any]:
@@ -40,11 +41,10 @@ def resolve_callable(spec: str) -> Callable[..., Any]:
 
 
 class PythonSink:
-    # The sink_options it takes: the kernel checks a consumer's table against them.
-    option_specs: ClassVar[tuple[OptionSpec, ...]] = declared_options(PythonSinkOptions)
-
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        fn = parse_python_sink_options(options).function
+    def __init__(self, options: Mapping[str, Any] | PythonSinkOptions) -> None:
+        if not isinstance(options, PythonSinkOptions):
+            options = parse_python_sink_options(options)
+        fn = options.function
         self.function = fn
         self.is_async = inspect.iscoroutinefunction(fn)
 
@@ -59,3 +59,14 @@ class PythonSink:
 
     async def close(self) -> None:
         return None
+
+
+def build_python_sink(context: SinkContext, options: PythonSinkOptions) -> PythonSink:
+    """The registered factory of ``python``."""
+    return PythonSink(options)
+
+
+# The sink_options it takes are declared: the kernel checks a consumer's table.
+PYTHON_SINK: PluginFactory[SinkContext, PythonSink] = PluginFactory(
+    "python", build_python_sink, options=PythonSinkOptions
+)

@@ -20,9 +20,10 @@ from typing import Any, ClassVar
 from rmqk.plugins.sinks.groupcommit import Flush, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.offsetranges import OffsetRange
 from rmqk.plugins.sinks.sqlite_options import SqliteOptions, parse_sqlite_options
-from rmqk.spi.options import OptionSpec, declared_options
+from rmqk.spi.contracts import SinkContext
+from rmqk.spi.factory import PluginFactory
 
-__all__ = ["SqliteSink"]
+__all__ = ["SQLITE_SINK", "SqliteSink"]
 
 _COLUMNS = (
     "topic TEXT, broker TEXT, queue_id INTEGER, queue_offset INTEGER, msg_id TEXT, keys TEXT, "
@@ -33,11 +34,9 @@ _COLUMNS = (
 
 class SqliteSink(GroupCommitSink):
     sink_name: ClassVar[str] = "sqlite"
-    # The sink_options it takes: the kernel checks a consumer's table against them.
-    option_specs: ClassVar[tuple[OptionSpec, ...]] = declared_options(SqliteOptions)
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        parsed = parse_sqlite_options(options)
+    def __init__(self, options: Mapping[str, Any] | SqliteOptions) -> None:
+        parsed = options if isinstance(options, SqliteOptions) else parse_sqlite_options(options)
         self.path, self.table = parsed.path, parsed.table
         self._db: sqlite3.Connection | None = None
         self._last_id = 0
@@ -107,3 +106,14 @@ class SqliteSink(GroupCommitSink):
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def build_sqlite_sink(context: SinkContext, options: SqliteOptions) -> SqliteSink:
+    """The registered factory of ``sqlite``."""
+    return SqliteSink(options)
+
+
+# The sink_options it takes are declared: the kernel checks a consumer's table.
+SQLITE_SINK: PluginFactory[SinkContext, SqliteSink] = PluginFactory(
+    "sqlite", build_sqlite_sink, options=SqliteOptions
+)

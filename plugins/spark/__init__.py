@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rmqk.plugins.spark.sink import SparkSink
+from rmqk.plugins.spark.sink import SPARK_SINK, SparkSink
 from rmqk.spi.hookspecs import Register, hookimpl
 
 __all__ = ["SparkSink", "get_session", "register", "rmqk_register_commands", "rmqk_register_sinks"]
@@ -48,7 +48,7 @@ def get_session(
 
 @hookimpl
 def rmqk_register_sinks(register: Register) -> None:
-    register("spark", SparkSink)
+    register(SPARK_SINK)
 
 
 @hookimpl

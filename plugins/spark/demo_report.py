@@ -74,8 +74,11 @@ async def queue_offsets(
 
     transport = registries().transports.create(
         "tcp",
-        TransportConfig(namesrv_addrs=(namesrv_addr,), client_id="127.0.0.1@rmqk-demo"),
-        get_plugin_manager().hook,
+        TransportConfig(
+            namesrv_addrs=(namesrv_addr,),
+            client_id="127.0.0.1@rmqk-demo",
+            hook=get_plugin_manager().hook,
+        ),
     )
     await transport.start()
     try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.model.errors import ConfigError
+from rmqk.model.errors import ConfigError, ConfigProblem
 from rmqk.model.namespace import check_namespace
 from rmqk.plugins.sinks.badbody import (
     BAD_BODY_ACTIONS,
@@ -55,6 +55,14 @@ SPARK_SETTINGS_DOC = 'any Spark setting, e.g. "spark.driver.memory" = "1g"'
 
 def _empty() -> Mapping[str, str]:
     return _EMPTY
+
+
+def _spark_setting(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise OptionInvalid(f"a Spark setting must be a string, number or boolean, got {value!r}")
 
 
 def _partition_columns(value: object) -> tuple[str, ...]:
@@ -189,7 +197,17 @@ class SinkOptions:
     )
     master: str = option(OptionType.STR, "Spark master of the process's session.", DEFAULT_MASTER)
     app_name: str = option(OptionType.STR, "Spark application name.", DEFAULT_APP_NAME)
-    spark_conf: Mapping[str, str] = attrs.field(factory=_empty, hash=False)
+    # Every key under spark (a dotted "spark.x.y" key or a [spark] table): Spark settings.
+    spark_conf: Mapping[str, str] = option(
+        OptionType.ANY,
+        SPARK_SETTINGS_DOC,
+        factory=_empty,
+        name="spark.*",
+        default_text="(none)",
+        check=_spark_setting,
+    )
+    # The keys the table gave, for the checks across options (sink_option_problems).
+    given_keys: frozenset[str] = attrs.field(factory=frozenset, eq=False)
 
     @property
     def target(self) -> str:
@@ -235,46 +253,24 @@ def _arrow_problem(options: SinkOptions) -> str | None:
     return arrow_partition_problem(options)
 
 
-def _spark_value(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float | str):
-        return str(value)
-    return None
-
-
-def _flatten_spark(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            _flatten_spark(f"{prefix}.{k}", v, out)
-    else:
-        out[prefix] = value
-
-
 def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>") -> SinkOptions:
     """Validate ``options``; raises ConfigError listing every problem."""
     at = Where(where, "spark")
-    own: dict[str, Any] = {}
-    spark_settings: dict[str, Any] = {}
-    for key, value in options.items():
-        if key == "spark" and isinstance(value, Mapping):
-            _flatten_spark("spark", value, spark_settings)
-        elif key.startswith("spark."):
-            _flatten_spark(key, value, spark_settings)
-        else:
-            own[key] = value
-    parsed, problems = parse_options(SinkOptions, own, at)
+    parsed, problems = parse_options(SinkOptions, options, at)
+    problems += sink_option_problems(parsed, where)
+    if problems:
+        raise ConfigError(problems)
+    return parsed
+
+
+def sink_option_problems(parsed: SinkOptions, where: str = "<sink_options>") -> list[ConfigProblem]:
+    """What the declarations cannot say: the checks across the options of ``parsed``."""
+    at = Where(where, "spark")
+    own = parsed.given_keys
+    problems: list[ConfigProblem] = []
 
     def problem(key: str, message: str) -> None:
         problems.append(at.problem(key, message))
-
-    conf: dict[str, str] = {}
-    for key, value in spark_settings.items():
-        text = _spark_value(value)
-        if text is None:
-            problem(key, f"a Spark setting must be a string, number or boolean, got {value!r}")
-        else:
-            conf[key] = text
 
     path, table, body_format = parsed.path, parsed.table, parsed.body_format
     if path is None and table is None and "path" not in own and "table" not in own:
@@ -331,9 +327,7 @@ def parse_sink_options(options: Mapping[str, Any], where: str = "<sink_options>"
         why = _arrow_problem(parsed)
         if why is not None:
             problem("writer", f"arrow cannot write this output: {why}")
-    if problems:
-        raise ConfigError(problems)
-    return attrs.evolve(parsed, spark_conf=MappingProxyType(conf))
+    return problems
 
 
 def body_schema_names(ddl: str) -> list[str]:

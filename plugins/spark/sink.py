@@ -52,14 +52,16 @@ from rmqk.plugins.sinks.commitlog import CommitEntry, StagingArea, data_files, n
 from rmqk.plugins.sinks.groupcommit import Flush, FlushStats, FlushTriggers, GroupCommitSink
 from rmqk.plugins.sinks.heapfreeze import heap_freeze
 from rmqk.plugins.sinks.offsetranges import OffsetRange
-from rmqk.plugins.spark.options import SinkOptions, parse_sink_options
+from rmqk.plugins.spark.options import SinkOptions, parse_sink_options, sink_option_problems
+from rmqk.spi.contracts import SinkContext
+from rmqk.spi.factory import PluginFactory
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from rmqk.plugins.spark.arrow_writer import ArrowFileWriter
 
-__all__ = ["OutputWriter", "SparkFlushStats", "SparkSink"]
+__all__ = ["SPARK_SINK", "OutputWriter", "SparkFlushStats", "SparkSink", "build_spark_sink"]
 
 log = logging.getLogger("rmqk.plugins.spark.sink")
 
@@ -447,12 +449,12 @@ def _refuse_one_metastore_for_many_workers(options: SinkOptions) -> None:
 class SparkSink:
     """The sink a composed consumer writes to; a handle on its output's shared writer."""
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any] | SinkOptions) -> None:
         from rmqk.plugins.spark.session import require_spark
 
         # Refused when built, not when started, so `rmqk check` refuses it too.
         require_spark()
-        self.options = parse_sink_options(options)
+        self.options = options if isinstance(options, SinkOptions) else parse_sink_options(options)
         _refuse_one_metastore_for_many_workers(self.options)
         self.writer: OutputWriter | None = None
         # Whether this sink holds the heap frozen (heap_freeze): released once, on close.
@@ -566,3 +568,17 @@ class SparkSink:
             if value is writer:
                 del _writers[key]
         await writer.close()
+
+
+def build_spark_sink(context: SinkContext, options: SinkOptions) -> SparkSink:
+    """The registered factory of ``spark``: the checks across options, then the sink."""
+    problems = sink_option_problems(options)
+    if problems:
+        raise ConfigError(problems)
+    return SparkSink(options)
+
+
+# The sink_options it takes are declared (spark.* included): the kernel checks the table.
+SPARK_SINK: PluginFactory[SinkContext, SparkSink] = PluginFactory(
+    "spark", build_spark_sink, options=SinkOptions
+)

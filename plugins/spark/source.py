@@ -91,8 +91,7 @@ from rmqk.plugins.spark.offsets import (
 from rmqk.plugins.spark.options import SourceOptionTable
 from rmqk.plugins.spark.pull import BrokerReader, DataLossError, QueueInfo
 from rmqk.spi.client_options import ClientOptions
-from rmqk.spi.consume import factory_option_specs
-from rmqk.spi.options import Where, parse_options, plugin_option_problems
+from rmqk.spi.options import Where, parse_options
 from rmqk.spi.registry import PluginChoice, check_plugin_names, registries
 
 # PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
@@ -330,12 +329,9 @@ def _transport_problems(table: SourceOptionTable, explicit: bool) -> list[Config
     problems = check_plugin_names([choice], where, explicit={"transport"} if explicit else ())
     if problems:
         return problems
-    factory = registries().transports.get(table.transport)
-    if not hasattr(factory, "option_specs"):
-        return []  # a transport without declarations may read keys rmqk cannot know of
-    return plugin_option_problems(
-        f"transport {table.transport!r}",
-        factory_option_specs(factory),
+    # Checked as the kernel checks every plugin's options table.
+    return registries().transports.option_problems(
+        table.transport,
         table.transport_options,
         Where("<spark options>", "rocketmq transportOptions"),
     )

@@ -164,7 +164,9 @@ async def _open(target: _Target, timeout_ms: int) -> Transport:
         options=dict(target.transport_options),
         credentials=target.credentials,
     )
-    transport = registries().transports.create(target.transport, config, get_plugin_manager().hook)
+    transport = registries().transports.create(
+        target.transport, attrs.evolve(config, hook=get_plugin_manager().hook), config.options
+    )
     await transport.start()
     return transport
 

@@ -14,7 +14,6 @@ import attrs
 from rmqk.model import SendStatus
 from rmqk.model.message import MessageExt
 from rmqk.model.namespace import unwrap
-from rmqk.model.uniq_id import create_uniq_id
 from rmqk.plugins.trace.dispatcher import AsyncTraceDispatcher
 from rmqk.plugins.trace.records import (
     ConsumeReturnType,
@@ -25,6 +24,7 @@ from rmqk.plugins.trace.records import (
 )
 from rmqk.spi.contexts import ConsumeMessageContext, SendMessageContext
 from rmqk.spi.hookspecs import hookimpl
+from rmqk.wire.uniq_id import create_uniq_id
 
 __all__ = ["TraceRuntime", "TracedClient"]
 

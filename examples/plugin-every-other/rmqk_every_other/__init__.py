@@ -11,10 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rmqk import MessageQueue, hookimpl
-from rmqk.spi.hookspecs import Register
+import attrs
 
-__all__ = ["EveryOther", "rmqk_register_allocation_strategies"]
+from rmqk import MessageQueue, hookimpl
+from rmqk.spi.contracts import AllocationStrategyContext
+from rmqk.spi.factory import PluginFactory
+from rmqk.spi.hookspecs import Register
+from rmqk.spi.options import OptionType, option
+
+__all__ = ["EveryOther", "EveryOtherOptions", "rmqk_register_allocation_strategies"]
+
+
+@attrs.frozen
+class EveryOtherOptions:
+    """The allocate_options EVERY_OTHER takes; rmqk checks a consumer's table against them."""
+
+    offset: int = option(
+        OptionType.INT, "Shifts every member's position by this much.", 0, minimum=0
+    )
 
 
 class EveryOther:
@@ -23,8 +37,6 @@ class EveryOther:
     name = "EVERY_OTHER"
 
     def __init__(self, offset: int = 0) -> None:
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"EVERY_OTHER: offset must be a non-negative integer, got {offset!r}")
         self.offset = offset
 
     def allocate(
@@ -42,7 +54,11 @@ class EveryOther:
         return [mq for k, mq in enumerate(mq_all) if k % len(cid_all) == position]
 
 
+def every_other(context: AllocationStrategyContext, options: EveryOtherOptions) -> EveryOther:
+    """Called once per consumer, with its allocate_options checked and resolved."""
+    return EveryOther(options.offset)
+
+
 @hookimpl
 def rmqk_register_allocation_strategies(register: Register) -> None:
-    # register(name, factory): the factory is called with the allocate_options table.
-    register("EVERY_OTHER", EveryOther)
+    register(PluginFactory("EVERY_OTHER", every_other, options=EveryOtherOptions))

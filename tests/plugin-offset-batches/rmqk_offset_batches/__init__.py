@@ -17,6 +17,7 @@ from rmqk import hookimpl
 from rmqk.model import ConsumeStatus, MessageQueue
 from rmqk.model.message import MessageExt
 from rmqk.spi.consume import ConsumeHost, QueueView
+from rmqk.spi.factory import PluginFactory
 from rmqk.spi.options import OptionSpec, OptionType
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
@@ -36,26 +37,29 @@ class BatchContext:
         self.queue = queue
 
 
+# The consume_service_options it takes: rmqk checks a consumer's table against them.
+OPTIONS = (
+    OptionSpec(
+        name="batch_size",
+        value_type=OptionType.INT,
+        doc="Messages per listener call.",
+        default=8,
+        minimum=1,
+        maximum=1024,
+    ),
+    OptionSpec(
+        name="retry_delay_ms",
+        value_type=OptionType.INT,
+        doc="Pause before a failed batch is tried again.",
+        default=1000,
+        minimum=0,
+        maximum=60_000,
+    ),
+)
+
+
 class OffsetBatchesService:
     orderly = False  # no broker locks: one member per queue is the rebalance's business
-    option_specs = (
-        OptionSpec(
-            name="batch_size",
-            value_type=OptionType.INT,
-            doc="Messages per listener call.",
-            default=8,
-            minimum=1,
-            maximum=1024,
-        ),
-        OptionSpec(
-            name="retry_delay_ms",
-            value_type=OptionType.INT,
-            doc="Pause before a failed batch is tried again.",
-            default=1000,
-            minimum=0,
-            maximum=60_000,
-        ),
-    )
 
     def __init__(self, host: ConsumeHost, options: Mapping[str, Any]) -> None:
         self.host = host
@@ -132,4 +136,5 @@ class OffsetBatchesService:
 
 @hookimpl
 def rmqk_register_consume_services(register: Any) -> None:
-    register("offset-batches", OffsetBatchesService)
+    # The class is the factory: OffsetBatchesService(host, options).
+    register(PluginFactory("offset-batches", OffsetBatchesService, options=OPTIONS))
