@@ -124,7 +124,9 @@ class FactoryRegistry(Registry[PluginFactory[C, R]], Generic[C, R]):
     ``factory(context, options)`` once the kernel checked its options table."""
 
     def __init__(self, kind: str, hook_name: str, table: str, label: str = "{name}") -> None:
-        super().__init__(kind, hook_name, check=_is_factory, expected="an rmqk.spi.factory.PluginFactory")
+        super().__init__(
+            kind, hook_name, check=_is_factory, expected="an rmqk.spi.factory.PluginFactory"
+        )
         # The client option holding a plugin's table, and how its problems name the
         # plugin ("jsonl: ...", "transport 'tcp': ...").
         self.table = table

@@ -98,7 +98,10 @@ def test_register_rejects_a_non_callable_factory(pm: Any) -> None:
             register("broken", 42)
 
     pm.register(Bad(), name="bad")
-    with pytest.raises(PluginError, match=r"sink 'broken' with 42, which is not an rmqk.spi.factory.PluginFactory"):
+    with pytest.raises(
+        PluginError,
+        match=r"sink .broken. with 42, which is not an rmqk.spi.factory.PluginFactory",
+    ):
         registries()
 
 
