@@ -27,6 +27,7 @@ from rmqk.plugins.allocation import (
 )
 from rmqk.plugins.allocation.machine_room import broker_machine_room
 from rmqk.spi.contracts import AllocationStrategy, AllocationStrategyContext
+from rmqk.spi.factory import PluginFactory
 from rmqk.spi.hookspecs import Register, hookimpl
 
 pytestmark = pytest.mark.timeout(60)
@@ -524,7 +525,7 @@ class _FirstQueueOnly:
 class _ThirdPartyPlugin:
     @hookimpl
     def rmqk_register_allocation_strategies(self, register: Register) -> None:
-        register("FIRST", _FirstQueueOnly)
+        register(PluginFactory("FIRST", lambda context, options: _FirstQueueOnly()))
 
 
 def test_machine_room_nearby_finds_third_party_inner_strategies(fresh_plugins: None) -> None:

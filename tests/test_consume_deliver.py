@@ -27,6 +27,7 @@ from rmqk.options import ConsumerOptions
 from rmqk.plugins.broker import EmbeddedBroker
 from rmqk.plugins.consume.concurrent import ConcurrentConsumeService
 from rmqk.spi.consume import ConsumeHost, DeferredAck, QueueView
+from rmqk.spi.factory import PluginFactory
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
 pytestmark = pytest.mark.timeout(60)
@@ -86,7 +87,7 @@ class InOrderService:
 class ThirdParty:
     @hookimpl
     def rmqk_register_consume_services(self, register: Any) -> None:
-        register("in-order-test", InOrderService)
+        register(PluginFactory("in-order-test", InOrderService))
 
 
 async def test_a_hook_counts_batches_the_same_on_every_consume_service(

@@ -23,6 +23,7 @@ from engine_support import (
 
 from rmqk.model import MessageModel
 from rmqk.model.message import MessageExt
+from rmqk.spi.factory import PluginFactory
 
 pytestmark = FAST_RETRY_MARKS
 
@@ -196,7 +197,7 @@ async def run_composed_with_sink(
     class Plugin:
         @hookimpl
         def rmqk_register_sinks(self, register: Any) -> None:
-            register(name, sink_class)
+            register(PluginFactory(name, lambda context, options: sink_class(options)))
 
     await create_topic(broker, topic, 1)
     await produce(broker.namesrv_addr, topic, (f"{topic}{i}".encode() for i in range(total)))
@@ -287,9 +288,7 @@ async def test_with_consume_hooks_pending_futures_hold_no_worker(broker: Any) ->
 
     await create_topic(broker, "DeferredHooked", 2)
     total = 640
-    await produce(
-        broker.namesrv_addr, "DeferredHooked", (f"h{i}".encode() for i in range(total))
-    )
+    await produce(broker.namesrv_addr, "DeferredHooked", (f"h{i}".encode() for i in range(total)))
     loop = asyncio.get_running_loop()
     pending: list[tuple[asyncio.Future[None], list[MessageExt]]] = []
     pm = get_plugin_manager()

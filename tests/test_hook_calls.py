@@ -21,6 +21,7 @@ from rmqk.pluginmanager import (
     reset_plugin_manager,
 )
 from rmqk.spi.contexts import ConsumeMessageContext, ConsumerView
+from rmqk.spi.factory import PluginFactory
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -32,13 +33,13 @@ def test_a_wrapper_surrounds_the_registrations_and_may_register_too(pm: Any) -> 
         @hookimpl
         def rmqk_register_sinks(self, register: Any) -> None:
             order.append("plain")
-            register("plain-sink", dict)
+            register(PluginFactory("plain-sink", lambda context, options: {}))
 
     class Wrapper:
         @hookimpl(wrapper=True)
         def rmqk_register_sinks(self, register: Any) -> Generator[None, Any, Any]:
             order.append("before")
-            register("wrapped-sink", dict)
+            register(PluginFactory("wrapped-sink", lambda context, options: {}))
             result = yield
             order.append("after")
             return result
@@ -89,7 +90,7 @@ def test_an_async_registration_hook_is_refused(pm: Any) -> None:
     class Async:
         @hookimpl
         async def rmqk_register_sinks(self, register: Any) -> None:
-            register("never", dict)
+            register(PluginFactory("never", lambda context, options: {}))
 
     with pytest.raises(PluginError, match=r"'async-reg'.*rmqk_register_sinks.*plain functions"):
         pm.register(Async(), name="async-reg")
@@ -124,7 +125,7 @@ def test_a_misspelt_hook_name_fails_at_load_naming_plugin_and_hook(
 
     @hookimpl
     def rmqk_register_sink(register: Any) -> None:
-        register("lost", dict)
+        register(PluginFactory("lost", lambda context, options: {}))
 
     module.rmqk_register_sink = rmqk_register_sink  # type: ignore[attr-defined]
     _entry_point_plugin(monkeypatch, module)
@@ -276,7 +277,7 @@ def test_registration_with_a_plain_pluggy_manager_still_works() -> None:
     class Plugin:
         @hookimpl
         def rmqk_register_sinks(self, register: Any) -> None:
-            register("s", dict)
+            register(PluginFactory("s", lambda context, options: {}))
 
     plain.register(Plugin(), name="p")
     assert pluginmanager.Registries(plain).sinks.names() == ["s"]

@@ -170,8 +170,9 @@ def test_bad_options_name_every_key() -> None:
 
 def test_registered_as_sqlite_with_a_default_table(tmp_path: Path) -> None:
     from rmqk.pluginmanager import registries
+    from rmqk.spi.contracts import SinkContext
 
-    sink = registries().sinks.create("sqlite", {"path": str(tmp_path / "x.db")})
+    sink = registries().sinks.create("sqlite", SinkContext(), {"path": str(tmp_path / "x.db")})
     assert isinstance(sink, SqliteSink)
     assert sink.table == "messages"
     assert sink.window_rows > 0
