@@ -167,8 +167,8 @@ def test_ctrl_c_stops_cleanly_after_printing_what_arrived(broker: Any) -> None:
 
 def test_bodies_that_are_not_utf8_as_the_docs_say() -> None:
     from rmqk.app.consume_tool import message_text
+    from rmqk.console.commandline import message_json
     from rmqk.model.message import MessageExt
-    from rmqk.spi.commands import message_json
 
     bad = MessageExt(topic="T", body=b"a\xff\\b\r", properties={"UNIQ_KEY": "X"})
     assert message_text(bad) == "a\ufffd\\\\b\\r"

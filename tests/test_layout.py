@@ -46,8 +46,8 @@ def test_every_moved_path_is_gone_from_the_tree() -> None:
 ROOT = Path(__file__).resolve().parent.parent
 
 # What a plugin may import from the kernel: the public API (``rmqk`` itself), the
-# contracts, the value objects and the codecs.
-PLUGIN_MAY_IMPORT = ("rmqk.spi", "rmqk.model", "rmqk.wire")
+# contracts, the value objects, the codecs and the helpers sub-commands share.
+PLUGIN_MAY_IMPORT = ("rmqk.spi", "rmqk.model", "rmqk.wire", "rmqk.console")
 
 # The edges that break that rule today, each with why; the test fails on a new one
 # and on one that is gone (so this list only shrinks).
@@ -154,7 +154,7 @@ def test_the_contracts_model_and_wire_never_import_the_engine_or_the_app() -> No
         (name, target if target in modules else target.rpartition(".")[0])
         for modules in [_modules()]
         for name, path in modules.items()
-        if name.startswith(("rmqk.spi", "rmqk.model", "rmqk.wire", "rmqk.options"))
+        if name.startswith(("rmqk.spi", "rmqk.model", "rmqk.wire", "rmqk.options", "rmqk.console"))
         and name != "rmqk.spi.registry"  # the door to the plugin manager, by design
         for _, target in _imported(path, top_level_only=True)
         if target.startswith(("rmqk.engine", "rmqk.app", "rmqk.plugins"))
@@ -239,3 +239,14 @@ def test_the_kernel_proper_stays_small_enough_to_read_in_a_sitting() -> None:
     ]
     lines = sum(len(path.read_text().splitlines()) for path in files)
     assert lines < 5000, f"the kernel proper has grown to {lines} lines"
+
+
+def test_the_command_helpers_still_import_from_the_spi_with_a_warning() -> None:
+    from rmqk.console import commandline
+    from rmqk.spi import commands
+
+    with pytest.warns(DeprecationWarning, match=r"moved to rmqk.console.commandline"):
+        helper = commands.positive_int
+    assert helper is commandline.positive_int
+    with pytest.raises(AttributeError):
+        _ = commands.no_such_helper

@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from rmqk.console.commandline import message_json, tls_client_options
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.lite_pull import AsyncLitePullConsumer
 from rmqk.engine.pull import PullAPI
@@ -27,7 +28,6 @@ from rmqk.engine.startup import client_for, resolve_namesrv
 from rmqk.model import ExpressionType, MessageModel, MessageQueue, PullResult, build_subscription
 from rmqk.model.errors import ClientError, RmqkError
 from rmqk.model.message import MessageExt
-from rmqk.spi.commands import message_json, tls_client_options
 from rmqk.spi.transport import Transport
 
 __all__ = ["consume", "from_arg", "message_text", "parse_from"]

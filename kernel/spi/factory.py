@@ -1,34 +1,15 @@
 """One contract for every plugin kind: a :class:`PluginFactory` registration.
 
-Every registration hook (``rmqk_register_allocation_strategies``,
-``rmqk_register_offset_stores``, ``rmqk_register_transports``,
-``rmqk_register_consume_services``, ``rmqk_register_sinks``) takes the same value::
-
-    @hookimpl
-    def rmqk_register_sinks(register):
-        register(PluginFactory("csv", CsvSink, options=CsvOptions))
-
-* ``name`` is what a config selects (``sink = "csv"``);
-* ``options`` declares the options the plugin takes: an options class whose fields
-  are made with :func:`rmqk.spi.options.option`, or a sequence of
-  :class:`rmqk.spi.options.OptionSpec`; none declared: it takes no options;
-* ``factory`` is called as ``factory(context, options)``. ``context`` is what the
-  kind is built for: an :class:`~rmqk.spi.contracts.AllocationStrategyContext`, an
-  :class:`~rmqk.spi.contracts.OffsetStoreContext`, a
-  :class:`~rmqk.spi.transport.TransportConfig`, a :class:`~rmqk.spi.consume.ConsumeHost`
-  or a :class:`~rmqk.spi.contracts.SinkContext`; ``options`` is the plugin's options
-  table, checked by the kernel against the declarations and resolved: an instance
-  of the options class, or for a sequence a read-only mapping of every declared
-  option (its default when the table does not give it).
-
-The kernel checks every kind's table with the same code,
-:meth:`PluginFactory.parse_options`, in ``rmqk check``, in ``rmqk run`` and when a
-client made in Python starts: every unknown key (with the closest name suggested),
-bad value and missing required key is reported at once, naming the table, the key
-and the plugin, and the factory is called only when there is none. A factory may
-still raise :class:`rmqk.model.errors.ConfigError` for what declarations cannot say
-(two options that exclude each other); ``rmqk check`` builds the plugins that need
-no connection (sinks, allocation strategies, offset stores) to hear it.
+Every ``rmqk_register_*`` hook but the commands' takes the same value,
+``register(PluginFactory("csv", CsvSink, options=CsvOptions))``: the name a config
+selects, the options the plugin takes (an options class whose fields are made with
+:func:`rmqk.spi.options.option`, or a sequence of :class:`rmqk.spi.options.OptionSpec`;
+none: it takes none), and ``factory(context, options)``, called with the kind's context
+(docs/hooks.md lists them) once the kernel checked the options table: every unknown
+key, bad value and missing required key is reported at once, naming the table, the
+key and the plugin. ``options`` is then an instance of the options class, or for a
+sequence a read-only mapping of every declared option. A factory may still raise
+:class:`rmqk.model.errors.ConfigError` for what declarations cannot say.
 """
 
 from __future__ import annotations

@@ -18,13 +18,14 @@ from typing import Any
 
 import attrs
 
+from rmqk.console.commandline import add_tls_arguments, tls_client_options
 from rmqk.model import PERM_READ, PERM_WRITE
 from rmqk.model.errors import BrokerError, RemotingError, RmqkError
 from rmqk.model.message import MessageExt
 from rmqk.model.namespace import check_namespace, namespace_of, wrap
 from rmqk.plugins.admin.admin_client import LONG_MAX, AdminClient, MessageIdKind, TopicInfo
 from rmqk.plugins.admin.dlq import add_dlq_arguments
-from rmqk.spi.commands import Command, add_tls_arguments, tls_client_options
+from rmqk.spi.commands import Command
 
 __all__ = ["ADMIN_COMMAND", "DEFAULT_NAMESRV"]
 

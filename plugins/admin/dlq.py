@@ -23,11 +23,11 @@ from datetime import datetime
 from typing import Any
 
 from rmqk import AsyncLitePullConsumer, AsyncProducer
+from rmqk.console.commandline import message_json, positive_int
 from rmqk.model import DLQ_GROUP_TOPIC_PREFIX, MessageQueue
 from rmqk.model.errors import RmqkError
 from rmqk.model.message import Message, MessageExt
 from rmqk.spi.client_options import ClientOptions
-from rmqk.spi.commands import message_json, positive_int
 
 __all__ = ["add_dlq_arguments", "resend_group"]
 
