@@ -37,7 +37,8 @@ PLUGIN = textwrap.dedent(
     import attrs
 
     from rmqk import hookimpl
-    from rmqk.options import OptionSpec, OptionType
+    from rmqk.spi.factory import PluginFactory
+    from rmqk.spi.options import OptionSpec, OptionType
 
     # Set by the factory: the filter hook has no options of its own.
     _record: list[str] = []
@@ -50,8 +51,9 @@ PLUGIN = textwrap.dedent(
 
 
     class Recording:
-        def __init__(self, inner: Any) -> None:
+        def __init__(self, inner: Any, client_id: str) -> None:
             self._inner = inner
+            self._client_id = client_id
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._inner, name)
@@ -64,29 +66,36 @@ PLUGIN = textwrap.dedent(
                     "queue": request.queue_id,
                     "group": request.consumer_group,
                     "found": len(result.messages),
+                    "client": self._client_id,
                 }
             )
             return result
 
 
-    def create(config: Any, hook: Any = None) -> Recording:
+    def create(config: Any, options: Any) -> Recording:
         from rmqk.plugins.remoting import create_tcp_transport
 
-        options = dict(config.options)
-        _record.append(options.pop("record", "") or os.environ.get("RMQK_RECORDING_FILE", ""))
-        return Recording(create_tcp_transport(attrs.evolve(config, options=options), hook))
-
-
-    create.option_specs = (  # type: ignore[attr-defined]
-        OptionSpec(
-            name="record", value_type=OptionType.STR, doc="file to record pulls in", default=""
-        ),
-    )
+        _record.append(options["record"] or os.environ.get("RMQK_RECORDING_FILE", ""))
+        inner = create_tcp_transport(attrs.evolve(config, options={}), config.hook)
+        return Recording(inner, config.client_id)
 
 
     @hookimpl
     def rmqk_register_transports(register: Any) -> None:
-        register("recording", create)
+        register(
+            PluginFactory(
+                "recording",
+                create,
+                options=[
+                    OptionSpec(
+                        name="record",
+                        value_type=OptionType.STR,
+                        doc="file to record pulls in",
+                        default="",
+                    )
+                ],
+            )
+        )
 
 
     @hookimpl
@@ -338,7 +347,13 @@ def test_the_spark_source_refuses_an_unknown_transport_and_bad_transport_options
         streaming=False,
     )
     settings = parsed.reader().settings
-    assert (settings.transport, dict(settings.transport_options), settings.use_tls) == (
+    # TLS reaches the reader with the rest of the source's client options.
+    assert settings.client_options is not None
+    assert (
+        settings.transport,
+        dict(settings.transport_options),
+        settings.client_options.use_tls,
+    ) == (
         "recording",
         {"record": "r"},
         True,
@@ -392,3 +407,147 @@ async def test_offsets_gone_by_retention_raise_or_are_skipped_with_a_warning(
     assert warning.levelno == logging.WARNING and "skipping them (group old-reader)" in (
         warning.getMessage()
     )
+
+
+async def test_the_reader_applies_every_client_option_it_takes(
+    broker: Any, recording_plugin: Path
+) -> None:
+    """Client id parts, the API timeout, hook_plugins and unit_mode reach the reader's
+    client and pulls; a client option a reader has no use for is refused, with why."""
+    from rmqk import ClientOptions
+    from rmqk.engine.reader import READER_REFUSES, RangeReader, ReaderSettings
+    from rmqk.model.errors import ConfigError
+    from rmqk.spi.client_options import CLIENT_OPTIONS
+
+    await broker.create_topic("Orders", queues=1)
+    produced = await _orders(broker.namesrv_addr, 120)
+    cancelled = dict(produced.per_tag)["cancelled"]
+    options = ClientOptions(
+        instance_name="etl",
+        unit_name="u1",
+        client_ip="10.1.2.3",
+        mq_client_api_timeout=4321,
+        hook_plugins=[],  # the recording plugin's filter hook does not apply
+    )
+    settings = ReaderSettings(
+        namesrv_addrs=[broker.namesrv_addr],
+        group="reader-options",
+        transport="recording",
+        transport_options={"record": str(recording_plugin)},
+        client_options=options,
+    )
+    async with RangeReader.open(settings) as reader:
+        assert reader.client.config.request_timeout_ms == 4321
+        (mq,) = await reader.queues("Orders")
+        msgs = [m async for batch in reader.read(mq, 0, 120) for m in batch]
+    assert len(msgs) == 120 and cancelled > 0  # nothing filtered: hook_plugins = []
+    clients = {r["client"] for r in records(recording_plugin) if "pull" in r}
+    (client,) = clients
+    assert client.startswith("10.1.2.3@etl#") and client.endswith("@u1")
+    # Every client option either applies, as above and as consumers' do, or is refused.
+    refused = {
+        "namesrv_addr": "127.0.0.1:1",
+        "namespace": "ns1",
+        "access_channel": "CLOUD",
+        "enable_msg_trace": True,
+        "customized_trace_topic": "T",
+        "client_callback_executor_threads": 3,
+        "poll_name_server_interval": 10_000,
+        "heartbeat_broker_interval": 10_000,
+    }
+    assert set(refused) == set(READER_REFUSES) <= {spec.name for spec in CLIENT_OPTIONS}
+    for name, value in refused.items():
+        with pytest.raises(ConfigError) as info:
+            ReaderSettings([broker.namesrv_addr], client_options=ClientOptions(**{name: value}))
+        (problem,) = info.value.problems
+        assert problem.key == name and READER_REFUSES[name] in problem.message
+
+
+def test_the_spark_source_takes_every_client_option_by_its_camel_case_name(
+    recording_plugin: Path,
+) -> None:
+    """Generated from CLIENT_OPTIONS: a client option added to the kernel is a Spark
+    option too, or refused by the reader with why; bad values name the Spark option."""
+    from rmqk.engine.reader import READER_REFUSES
+    from rmqk.model.errors import ConfigError
+    from rmqk.plugins.spark.options import source_client_specs, spark_name
+    from rmqk.plugins.spark.source import SourceOptions
+    from rmqk.spi.client_options import CLIENT_OPTIONS
+
+    names = {spec.name: spark_name(spec.name) for spec in CLIENT_OPTIONS}
+    assert set(source_client_specs()) == set(names.values()) - {"namesrvAddr", "namespace"}
+    assert names["mq_client_api_timeout"] == "mqClientApiTimeout"
+    base = {"namesrv": "127.0.0.1:9876", "topics": "Orders"}
+    parsed = SourceOptions.parse(
+        {**base, "instanceName": "etl", "clientIP": "10.1.2.3", "unitName": "u1",
+         "mqClientApiTimeout": "4000", "vipChannelEnabled": "true", "unitMode": "true",
+         "hookPlugins": "recording"},
+        streaming=False,
+    )  # fmt: skip
+    client = parsed.reader().settings.client_options
+    assert client is not None
+    assert (client.instance_name, client.client_ip, client.unit_name) == ("etl", "10.1.2.3", "u1")
+    assert (client.mq_client_api_timeout, client.vip_channel_enabled, client.unit_mode) == (
+        4000,
+        True,
+        True,
+    )
+    assert client.hook_plugins == ("recording",)
+    # Unset, the API timeout is pullTimeoutMs, as every request's was before.
+    unset = SourceOptions.parse({**base, "pullTimeoutMs": "7000"}, streaming=False)
+    assert unset.client.mq_client_api_timeout == 7000
+    for key, value, message in [
+        ("mqClientApiTimeout", "0", "mqClientApiTimeout"),
+        ("enableMsgTrace", "true", READER_REFUSES["enable_msg_trace"]),
+        ("heartbeatBrokerInterval", "1000", READER_REFUSES["heartbeat_broker_interval"]),
+        ("hookPlugins", "recording,nope", "no plugin is named 'nope'"),
+        ("tlsKeyFile", "/dev/null", "tlsKeyFile is set but useTls is false"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            SourceOptions.parse({**base, key: value}, streaming=False)
+        (problem,) = info.value.problems
+        assert problem.key == key and message in problem.message, (key, str(info.value))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_the_spark_source_applies_its_client_options_on_the_executors(
+    spark: Any, broker_thread: Any, recording_plugin: Path
+) -> None:
+    """instanceName, unitName and clientIP name the executors' clients; hookPlugins = ""
+    leaves the installed filter hook out of the source's pulls."""
+    import os
+
+    from rmqk.plugins.spark.source import register
+
+    broker_thread.call(broker_thread.broker.create_topic("Orders", queues=2))
+    produced = asyncio.run(_orders(broker_thread.namesrv_addr, 200))
+    site = recording_plugin.parent / "site"
+    environment = spark.sparkContext.environment
+    saved = dict(environment)
+    environment["PYTHONPATH"] = str(site)
+    register(spark)
+    try:
+        rows = (
+            spark.read.format("rocketmq")
+            .option("namesrv", broker_thread.namesrv_addr)
+            .option("topics", "Orders")
+            .option("transport", "recording")
+            .option("transportOptions", json.dumps({"record": str(recording_plugin)}))
+            .option("instanceName", "etl")
+            .option("unitName", "u1")
+            .option("clientIP", "10.1.2.3")
+            .option("hookPlugins", "")
+            .load()
+            .select("msg_id")
+            .collect()
+        )
+    finally:
+        environment.clear()
+        environment.update(saved)
+        register(spark)
+    assert sorted(r.msg_id for r in rows) == sorted(produced.msg_ids)  # none filtered
+    executors = [r for r in records(recording_plugin) if r["pid"] != os.getpid() and "pull" in r]
+    assert executors and not [r for r in records(recording_plugin) if "filtered" in r]
+    assert {r["client"].split("#")[0] for r in executors} == {"10.1.2.3@etl"}
+    assert {r["client"].rsplit("@", 1)[1] for r in executors} == {"u1"}

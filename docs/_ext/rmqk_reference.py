@@ -342,10 +342,26 @@ def spark_sink_options() -> str:
 
 
 def spark_source_options() -> str:
-    """The rocketmq source's options, from the source's option declarations."""
-    from rmqk.plugins.spark.options import SourceOptionTable
+    """The rocketmq source's options, from the source's option declarations, then every
+    client option a range reader takes (generated from CLIENT_OPTIONS), then those it
+    refuses with why."""
+    from rmqk.engine.reader import READER_REFUSES
+    from rmqk.options import option_specs
+    from rmqk.plugins.spark.options import SourceOptionTable, source_client_specs
 
-    return options_table(SourceOptionTable)
+    client = source_client_specs()
+    taken = [spec for name, spec in client.items() if spec.attr not in READER_REFUSES]
+    table = specs_table([*option_specs(SourceOptionTable).values(), *taken])
+    refused = "; ".join(
+        f"`{name}` ({READER_REFUSES[spec.attr]})"
+        for name, spec in client.items()
+        if spec.attr in READER_REFUSES
+    )
+    return (
+        f"{table}\nThe client options after `transportOptions` are every client kind's "
+        "(`rmqk.ClientOptions`, the same names in camelCase). The source refuses the "
+        f"others, which a range reader has no use for: {refused}.\n"
+    )
 
 
 def spark_columns() -> str:

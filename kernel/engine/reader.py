@@ -30,6 +30,7 @@ import attrs
 from rmqk.engine.client import ClientConfig, ClientInstance, build_client_id
 from rmqk.engine.client_check import check_client_in_broker
 from rmqk.engine.pull import PullAPI
+from rmqk.engine.startup import client_config
 from rmqk.model import (
     MessageQueue,
     PullResult,
@@ -37,12 +38,22 @@ from rmqk.model import (
     SubscriptionData,
     build_subscription,
 )
-from rmqk.model.errors import ClientError, RmqkError
+from rmqk.model.errors import ClientError, ConfigError, RmqkError
 from rmqk.model.message import MessageExt
 from rmqk.model.namespace import unwrap
+from rmqk.pluginmanager import check_hook_plugins
+from rmqk.spi.client_options import CLIENT_OPTIONS, ClientOptions
+from rmqk.spi.options import Where
 from rmqk.spi.transport import Credentials, PullMessageRequest, TlsConfig
 
-__all__ = ["MAX_PULL", "OffsetsGoneError", "RangeGap", "RangeReader", "ReaderSettings"]
+__all__ = [
+    "MAX_PULL",
+    "READER_REFUSES",
+    "OffsetsGoneError",
+    "RangeGap",
+    "RangeReader",
+    "ReaderSettings",
+]
 
 log = logging.getLogger("rmqk.engine.reader")
 
@@ -71,6 +82,48 @@ class ReaderSettings:
     timeout_ms: int = 10_000
     # The client id is ``<ip>@<instance_name>#<pid>#<nanos>``: one client per reader.
     instance_name: str = "rmqk-reader"
+    # Every client option at once (as a consumer takes them); then the TLS settings,
+    # the account, the client id's parts, the VIP channel, the API timeout of route
+    # and offset requests, hook_plugins and unit_mode all come from here (use_tls, tls and
+    # credentials above must be left unset). An option a reader has no use for is
+    # refused, with why (READER_REFUSES).
+    client_options: ClientOptions | None = None
+
+    def __attrs_post_init__(self) -> None:
+        opts = self.client_options
+        if opts is None:
+            return
+        where = Where("<reader settings>", "client_options")
+        problems = [
+            where.problem(spec.name, f"a range reader does not take {spec.name}: {why}")
+            for spec in CLIENT_OPTIONS
+            if (why := READER_REFUSES.get(spec.name))
+            and getattr(opts, spec.attr) != getattr(ClientOptions(), spec.attr)
+        ]
+        if self.use_tls or self.tls != TlsConfig() or self.credentials is not None:
+            problems.append(
+                where.problem(
+                    None,
+                    "give TLS and the account in client_options, not also as use_tls, tls "
+                    "or credentials",
+                )
+            )
+        if problems:
+            raise ConfigError(problems)
+
+
+# The client options a range reader has no use for, and why: given, they are refused.
+# Every other client option applies to a reader as to a consumer (tests/test_reader.py).
+READER_REFUSES: Mapping[str, str] = {
+    "namesrv_addr": "the reader's name servers are its namesrv_addrs",
+    "namespace": "the reader's namespace is its namespace setting",
+    "access_channel": "only the message trace reads it, and a reader traces nothing",
+    "enable_msg_trace": "a reader runs no consume hooks, so there is nothing to trace",
+    "customized_trace_topic": "a reader runs no consume hooks, so there is nothing to trace",
+    "client_callback_executor_threads": "a reader makes no asynchronous sends to call back",
+    "poll_name_server_interval": "a reader looks a topic's route up when asked; it polls none",
+    "heartbeat_broker_interval": "a reader sends no heartbeats",
+}
 
 
 @attrs.frozen
@@ -126,6 +179,8 @@ class RangeReader:
         timeout_ms: int = 10_000,
         batch_size: int = MAX_PULL,
         filter_hooks: list[Any] | None = None,
+        hook_plugins: frozenset[str] | None = None,
+        unit_mode: bool = False,
     ) -> None:
         self.client = client
         self.group = group
@@ -142,7 +197,8 @@ class RangeReader:
             suspend_ms=0,
             timeout_ms=timeout_ms,
             exception_delay_ms=0,
-            unit_mode=False,
+            # What the filter hooks' context says (Java's FilterMessageContext.unitMode).
+            unit_mode=unit_mode,
             lite=False,
             # A reader has no membership for a broker to forget.
             on_subscription_missing=lambda: None,
@@ -151,16 +207,25 @@ class RangeReader:
             skip_bad_records=False,
             # A consumer's own filter hooks (its pull runs them as its polls do).
             filter_hooks=filter_hooks,
+            # Whose rmqk_filter_message hooks run (the client option; None: all).
+            hook_plugins=hook_plugins,
         )
 
     @classmethod
     @contextlib.asynccontextmanager
     async def open(cls, settings: ReaderSettings) -> AsyncIterator[RangeReader]:
         """A reader on a client instance of its own, started, and shut down on exit."""
-        instance = f"{settings.instance_name}#{os.getpid()}#{time.monotonic_ns()}"
-        client = ClientInstance.get_or_create(
-            build_client_id(instance),
-            ClientConfig(
+        opts = settings.client_options
+        name = settings.instance_name
+        if opts is not None and opts.instance_name != "DEFAULT":
+            name = opts.instance_name
+        # One client instance per reader, even under a named instance: readers of one
+        # process may run on different event loops (Spark's partition threads).
+        instance = f"{name}#{os.getpid()}#{time.monotonic_ns()}"
+        hook_plugins, unit_mode = None, False
+        if opts is None:
+            client_id = build_client_id(instance)
+            config = ClientConfig(
                 namesrv_addrs=settings.namesrv_addrs,
                 transport=settings.transport,
                 transport_options=settings.transport_options,
@@ -168,8 +233,15 @@ class RangeReader:
                 use_tls=settings.use_tls,
                 tls=settings.tls,
                 credentials=settings.credentials,
-            ),
-        )
+            )
+        else:
+            client_id = build_client_id(instance, opts.unit_name, opts.client_ip)
+            config = client_config(
+                opts, settings.namesrv_addrs, settings.transport, settings.transport_options
+            )
+            hook_plugins = check_hook_plugins(opts.hook_plugins, "client_options")
+            unit_mode = opts.unit_mode
+        client = ClientInstance.get_or_create(client_id, config)
         await client.start()
         try:
             yield cls(
@@ -177,6 +249,8 @@ class RangeReader:
                 settings.group,
                 namespace=settings.namespace,
                 timeout_ms=settings.timeout_ms,
+                hook_plugins=hook_plugins,
+                unit_mode=unit_mode,
             )
         finally:
             await client.shutdown_if_unused()

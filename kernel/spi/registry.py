@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from rmqk.hookcalls import all_idle, idle_when
 from rmqk.options.plugin_choices import PluginChoice, check_plugin_names
-from rmqk.pluginmanager import Registries, get_plugin_manager, registries
+from rmqk.pluginmanager import Registries, check_hook_plugins, get_plugin_manager, registries
 
 __all__ = [
     "PluginChoice",
     "Registries",
     "all_idle",
+    "check_hook_plugins",
     "check_plugin_names",
     "get_plugin_manager",
     "idle_when",

@@ -27,7 +27,8 @@ from rmqk.plugins.sinks.badbody import (
     check_column_name,
 )
 from rmqk.plugins.spark.columns import COLUMN_NAMES
-from rmqk.spi.options import OptionInvalid, OptionType, Where, option, parse_options
+from rmqk.spi.client_options import CLIENT_OPTIONS
+from rmqk.spi.options import OptionInvalid, OptionSpec, OptionType, Where, option, parse_options
 
 __all__ = [
     "BODY_FORMATS",
@@ -512,68 +513,58 @@ class SourceOptionTable:
         default_text="{}",
         check=_json_table,
     )
-    # The client options of every client kind (rmqk.ClientOptions) that decide how the
-    # source reaches the cluster and as whom; checked together as ClientOptions does.
-    use_tls: bool = option(
-        OptionType.BOOL,
-        "Connect over TLS (the client option use_tls).",
-        False,
-        name="useTls",
-    )
-    tls_ca_file: str | None = option(
-        OptionType.PATH,
-        "CA certificates to verify the brokers against (tls_ca_file); needs useTls.",
-        None,
-        name="tlsCaFile",
-        default_text="(none: the system CA store)",
-        nullable=True,
-    )
-    tls_cert_file: str | None = option(
-        OptionType.PATH,
-        "Client certificate (tls_cert_file); needs useTls.",
-        None,
-        name="tlsCertFile",
-        default_text="(none)",
-        nullable=True,
-    )
-    tls_key_file: str | None = option(
-        OptionType.PATH,
-        "Key of tlsCertFile (tls_key_file).",
-        None,
-        name="tlsKeyFile",
-        default_text="(none)",
-        nullable=True,
-    )
-    tls_verify: bool = option(
-        OptionType.BOOL,
-        "Verify the brokers' certificates (tls_verify); false accepts any.",
-        True,
-        name="tlsVerify",
-    )
-    access_key: str | None = option(
-        OptionType.STR,
-        "ACL access key the source signs its requests with (access_key); unset, the "
-        "process defaults (RMQK_ACCESS_KEY / RMQK_SECRET_KEY) on each Spark process.",
-        None,
-        name="accessKey",
-        default_text="(none)",
-        nullable=True,
-    )
-    secret_key: str | None = option(
-        OptionType.STR,
-        "Its secret key (secret_key); rmqk never shows it.",
-        None,
-        name="secretKey",
-        default_text="(none)",
-        nullable=True,
-        secret=True,
-    )
-    security_token: str | None = option(
-        OptionType.STR,
-        "Security token sent with accessKey (security_token); rmqk never shows it.",
-        None,
-        name="securityToken",
-        default_text="(none)",
-        nullable=True,
-        secret=True,
-    )
+
+
+# -- the client options -------------------------------------------------------------
+
+
+def spark_name(name: str) -> str:
+    """A client option's name as a Spark option (camelCase): ``use_tls`` -> ``useTls``."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+# Client options the source has an option of its own for, and that option.
+SOURCE_OWN_CLIENT_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {"namesrv_addr": "namesrv", "namespace": "namespace"}
+)
+
+
+# What a client option means for the source where a consumer's words would mislead:
+# (doc, default text) by ClientOptions name.
+_SOURCE_NOTES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "instance_name": (
+            "Starts the client id of each of the source's readers, "
+            "<ip>@<instanceName>#<pid>#<nanos>[@unitName]: one client per reader.",
+            "rmqk-spark",
+        ),
+        "hook_plugins": (
+            "Comma-separated plugins (as `rmqk plugins` names them) whose filter hooks run "
+            "on the source's pulls; empty for none. Unset, every plugin's.",
+            "(every plugin)",
+        ),
+        "unit_mode": ("Unit mode, as the filter hooks' context says it.", "false"),
+        "mq_client_api_timeout": (
+            "Timeout of the source's route and offset requests; pulls take pullTimeoutMs.",
+            "pullTimeoutMs",
+        ),
+    }
+)
+
+
+def source_client_specs() -> dict[str, OptionSpec]:
+    """Every client option of every client kind (rmqk.ClientOptions, CLIENT_OPTIONS) under
+    its Spark name, but those the source has its own option for: generated, so a client
+    option added to the kernel is a Spark option too (or refused by the range reader,
+    which says why)."""
+    out = {}
+    for spec in CLIENT_OPTIONS:
+        if spec.name in SOURCE_OWN_CLIENT_OPTIONS:
+            continue
+        renamed = attrs.evolve(spec, name=spark_name(spec.name))
+        if spec.name in _SOURCE_NOTES:
+            doc, default = _SOURCE_NOTES[spec.name]
+            renamed = attrs.evolve(renamed, doc=doc, default_text=default)
+        out[renamed.name] = renamed
+    return out

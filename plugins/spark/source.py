@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -88,11 +89,11 @@ from rmqk.plugins.spark.offsets import (
     parse_timestamp_spec,
     split_ranges,
 )
-from rmqk.plugins.spark.options import SourceOptionTable
+from rmqk.plugins.spark.options import SourceOptionTable, source_client_specs
 from rmqk.plugins.spark.pull import BrokerReader, DataLossError, QueueInfo
 from rmqk.spi.client_options import ClientOptions
-from rmqk.spi.options import Where, parse_options
-from rmqk.spi.registry import PluginChoice, check_plugin_names, registries
+from rmqk.spi.options import OptionType, Where, convert_values, parse_options
+from rmqk.spi.registry import PluginChoice, check_hook_plugins, check_plugin_names, registries
 
 # PySpark 4.2+ has admission control (read limits) and Trigger.AvailableNow for
 # Python sources; 4.0 and 4.1 have neither.
@@ -117,6 +118,10 @@ log = logging.getLogger("rmqk.plugins.spark.source")
 # Rows per Arrow batch handed to Spark from one partition.
 ARROW_BATCH_ROWS = 8192
 
+# Each client option under its Spark name (camelCase), generated from CLIENT_OPTIONS.
+_CLIENT_SPECS = source_client_specs()
+_CLIENT_ATTRS = {name: spec.attr for name, spec in _CLIENT_SPECS.items()}
+
 _ALIASES = {
     "namesrv": "namesrv",
     "nameserver": "namesrv",
@@ -139,26 +144,8 @@ _ALIASES = {
     "namespace": "namespace",
     "transport": "transport",
     "transportoptions": "transportOptions",
-    "usetls": "useTls",
-    "tlscafile": "tlsCaFile",
-    "tlscertfile": "tlsCertFile",
-    "tlskeyfile": "tlsKeyFile",
-    "tlsverify": "tlsVerify",
-    "accesskey": "accessKey",
-    "secretkey": "secretKey",
-    "securitytoken": "securityToken",
-}
-
-# The source's client options under the names ClientOptions gives them.
-_CLIENT_KEYS = {
-    "useTls": "use_tls",
-    "tlsCaFile": "tls_ca_file",
-    "tlsCertFile": "tls_cert_file",
-    "tlsKeyFile": "tls_key_file",
-    "tlsVerify": "tls_verify",
-    "accessKey": "access_key",
-    "secretKey": "secret_key",
-    "securityToken": "security_token",
+    # Spark lower-cases option names: clientIP, clientIp and clientip are one option.
+    **{name.lower(): name for name in _CLIENT_SPECS},
 }
 
 
@@ -204,6 +191,7 @@ class SourceOptions:
             given[key] = v
         if not str(given.get("subExpression", "*")).strip():
             del given["subExpression"]  # Spark passes "" for an option set but left empty
+        client_given = {k: given.pop(k) for k in list(given) if k in _CLIENT_SPECS}
         table, problems = parse_options(
             SourceOptionTable, given, Where("<spark options>", "rocketmq"), text=True
         )
@@ -240,21 +228,7 @@ class SourceOptions:
             expression_problem = check_expression(table.sub_expression, table.expression_type)
             if expression_problem:
                 problems.append(_problem("subExpression", expression_problem))
-        client = ClientOptions()
-        if any(k in given for k in _CLIENT_KEYS):
-            try:
-                client = ClientOptions(
-                    **{
-                        attr: getattr(table, attr)
-                        for key, attr in _CLIENT_KEYS.items()
-                        if key in given
-                    }
-                )
-            except ConfigError as exc:
-                back = {attr: key for key, attr in _CLIENT_KEYS.items()}
-                problems.extend(
-                    _problem(back.get(p.key or "", p.key or ""), p.message) for p in exc.problems
-                )
+        client = _client_options(client_given, table, problems)
         problems.extend(_transport_problems(table, "transport" in given))
         if problems:
             raise ConfigError(problems)
@@ -283,20 +257,65 @@ class SourceOptions:
         return build_subscription(topic, self.sub_expression, self.expression_type)
 
     def reader(self) -> BrokerReader:
-        return BrokerReader(
-            ReaderSettings(
-                namesrv_addrs=self.namesrv,
-                group=self.consumer_group,
-                transport=self.transport,
-                transport_options=self.transport_options,
-                use_tls=self.client.use_tls,
-                tls=self.client.tls,
-                credentials=self.client.credentials,
-                namespace=self.namespace,
-                timeout_ms=self.pull_timeout_ms,
-                instance_name="rmqk-spark",
-            )
+        return BrokerReader(_reader_settings(self.namesrv, self.client, self))
+
+
+def _reader_settings(
+    namesrv: tuple[str, ...], client: ClientOptions, source: SourceOptions | None
+) -> ReaderSettings:
+    return ReaderSettings(
+        namesrv_addrs=namesrv,
+        group=source.consumer_group if source else "rmqk-spark-source",
+        transport=source.transport if source else "tcp",
+        transport_options=source.transport_options if source else {},
+        namespace=source.namespace if source else None,
+        timeout_ms=source.pull_timeout_ms if source else 10_000,
+        instance_name="rmqk-spark",
+        client_options=client,
+    )
+
+
+def _client_options(
+    given: Mapping[str, Any], table: SourceOptionTable, problems: list[ConfigProblem]
+) -> ClientOptions:
+    """The source's client options (rmqk.ClientOptions) from their Spark spellings, each
+    problem naming the Spark option; ``mqClientApiTimeout`` defaults to ``pullTimeoutMs``,
+    the timeout of every broker request before client options existed here."""
+    where = Where("<spark options>", "rocketmq")
+    text = {
+        # Spark hands text: a list is comma-separated ("" is the empty list).
+        k: [p.strip() for p in v.split(",") if p.strip()]
+        if _CLIENT_SPECS[k].value_type is OptionType.STR_LIST and isinstance(v, str)
+        else v
+        for k, v in given.items()
+    }
+    values, found = convert_values(_CLIENT_SPECS, text, where, text=True)
+    problems.extend(found)
+    if found:
+        return ClientOptions()
+    kwargs = {_CLIENT_ATTRS[k]: v for k, v in values.items()}
+    kwargs.setdefault("mq_client_api_timeout", table.pull_timeout_ms)
+    back = {attr: name for name, attr in _CLIENT_ATTRS.items()}
+    try:
+        client = ClientOptions(**kwargs)
+        # What a range reader refuses (an option it has no use for), said now, and
+        # hook plugins this process does not have.
+        _reader_settings(table.namesrv or ("127.0.0.1:9876",), client, None)
+        check_hook_plugins(client.hook_plugins, "rocketmq")
+    except ConfigError as exc:
+        problems.extend(
+            _problem(back.get(p.key or "", p.key or ""), _spark_names(p.message, back))
+            for p in exc.problems
         )
+        return ClientOptions()
+    return client
+
+
+def _spark_names(message: str, back: Mapping[str, str]) -> str:
+    """``message`` with the client options it names under their Spark names."""
+    for attr, name in sorted(back.items(), key=lambda kv: -len(kv[0])):
+        message = re.sub(rf"\b{attr}\b", name, message)
+    return message
 
 
 def _offsets(
