@@ -51,10 +51,14 @@ _LAZY = {
     "RangeReader": "rmqk.engine.reader",
     "ReaderSettings": "rmqk.engine.reader",
     "create_reply_message": "rmqk.engine.request_reply",
+    "load_config": "rmqk.app.config",
+    "ComposedConsumer": "rmqk.app.runtime",
 }
 
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
+    from rmqk.app.config import load_config
+    from rmqk.app.runtime import ComposedConsumer
     from rmqk.engine.consumer import AsyncPushConsumer
     from rmqk.engine.lite_pull import AsyncLitePullConsumer
     from rmqk.engine.producer import AsyncProducer
@@ -87,6 +91,7 @@ __all__ = [
     "BrokerError",
     "ClientError",
     "ClientOptions",
+    "ComposedConsumer",
     "ConfigError",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
@@ -115,4 +120,5 @@ __all__ = [
     "__version__",
     "create_reply_message",
     "hookimpl",
+    "load_config",
 ]

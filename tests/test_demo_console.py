@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rmqk.app.termchart import CLEAR_EOL
+from rmqk.console.termchart import CLEAR_EOL
 from rmqk.plugins.spark.demo_console import DemoConsole, jvm_output_to
 from rmqk.plugins.spark.demo_report import DemoResult, QueueReport, format_report
 

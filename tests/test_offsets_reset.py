@@ -36,7 +36,7 @@ import pytest
 from cli_support import start_rmqk
 from engine_support import committed_offsets, create_topic, produce, wait_for
 
-from rmqk.app.progress import snapshot
+from rmqk.console.progress import snapshot
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.lite_pull.consumer import AsyncLitePullConsumer
 from rmqk.model.errors import ConfigError

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from engine_support import wait_for
 
-from rmqk.app.progress import snapshot
 from rmqk.app.summary_line import SummaryLine
+from rmqk.console.progress import snapshot
 from rmqk.engine.consumer import AsyncPushConsumer
 from rmqk.engine.pull import FlowControl
 from rmqk.model import MessageQueue

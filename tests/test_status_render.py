@@ -7,7 +7,7 @@ import datetime
 import json
 from typing import Any
 
-from rmqk.app.termchart import bar, bar_chart, progress_line, sparkline, use_unicode
+from rmqk.console.termchart import bar, bar_chart, progress_line, sparkline, use_unicode
 from rmqk.model import MessageQueue
 from rmqk.model.errors import BrokerError
 from rmqk.plugins.status.collect import GroupStatus, QueueStatus, group_status

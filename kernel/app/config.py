@@ -217,6 +217,11 @@ class Config:
         known = ", ".join(c.name for c in self.consumers)
         raise KeyError(f"{self.path} has no consumer {name!r}; it has: {known}")
 
+    def announce(self) -> None:
+        """Hand the file to the plugins (``rmqk_configure``), as ``rmqk run`` does before it
+        starts a consumer: the acl plugin takes its ``[acl]`` table, say."""
+        announce_config(self)
+
 
 def load_config(path: str | os.PathLike[str], *, check_plugins: bool = True) -> Config:
     """Read, validate and resolve a config file.

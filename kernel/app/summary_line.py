@@ -75,7 +75,7 @@ class SummaryLine:
         self._max_offsets: dict[str, dict[Any, int]] = {}
 
     def render(self, now: float | None = None) -> str:
-        from rmqk.app.progress import snapshot
+        from rmqk.console.progress import snapshot
 
         now = time.monotonic() if now is None else now
         parts = []
@@ -129,7 +129,7 @@ class SummaryLine:
         return False
 
     async def refresh_lag(self) -> None:
-        from rmqk.app.progress import fetch_max_offsets
+        from rmqk.console.progress import fetch_max_offsets
 
         for composed in self.consumers:
             self._max_offsets[composed.spec.name] = await fetch_max_offsets(composed.consumer)

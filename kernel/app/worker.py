@@ -218,7 +218,7 @@ async def _wait_for_go(pipe: _Pipe, stop: asyncio.Event) -> bool:
 
 
 def _figures(composed: Any, max_offsets: Any) -> WorkerFigures:
-    from rmqk.app.progress import snapshot
+    from rmqk.console.progress import snapshot
 
     progress = snapshot(composed.consumer, max_offsets)
     return WorkerFigures(
@@ -236,7 +236,7 @@ def _figures(composed: Any, max_offsets: Any) -> WorkerFigures:
 
 
 async def _report(job: WorkerJob, pipe: _Pipe, running: list[Any], stop: asyncio.Event) -> None:
-    from rmqk.app.progress import fetch_max_offsets
+    from rmqk.console.progress import fetch_max_offsets
     from rmqk.spi.aio import wait_event
 
     loop = asyncio.get_running_loop()

@@ -45,7 +45,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from rmqk.app.progress import ConsumerProgress, fetch_max_offsets, snapshot
+from rmqk.console.progress import ConsumerProgress, fetch_max_offsets, snapshot
 from rmqk.model import MessageModel, ServiceState
 from rmqk.spi.contexts import ConsumeMessageContext, ConsumerView
 

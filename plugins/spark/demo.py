@@ -295,7 +295,7 @@ def writer_rows(session: Any, batch: Any) -> Any:
 
 def load_demo_spec(config_path: str | None, namesrv_addr: str, out_dir: str) -> Any:
     """The demo's consumer spec, pointed at the embedded broker and the output directory."""
-    from rmqk.app.config import load_config
+    from rmqk import load_config
 
     if config_path is None:
         repo = repo_demo_toml()
@@ -342,7 +342,7 @@ async def run_demo(
     jvm_log: str | None = None,
 ) -> DemoResult:
     """The demo's run; ``jvm_log`` is where Spark's JVM writes (None: the terminal)."""
-    from rmqk.app.runtime import ComposedConsumer
+    from rmqk import ComposedConsumer
     from rmqk.plugins.broker import EmbeddedBroker
     from rmqk.plugins.spark.options import parse_sink_options
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from rmqk.app.termchart import CLEAR_EOL, progress_line, use_unicode
+from rmqk.console.termchart import CLEAR_EOL, progress_line, use_unicode
 
 __all__ = ["DemoConsole", "ProgressBar", "jvm_output_to"]
 

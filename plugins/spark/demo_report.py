@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rmqk.app.termchart import bar, bar_chart
+from rmqk.console.termchart import bar, bar_chart
 from rmqk.model.errors import RmqkError
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from rmqk.app.termchart import use_unicode
+from rmqk.console.termchart import use_unicode
 from rmqk.model import MessageQueue
 from rmqk.model.errors import RmqkError
 from rmqk.model.namespace import check_namespace, effective_namespace, wrap
@@ -104,11 +104,11 @@ def _targets(args: argparse.Namespace) -> list[_Target]:
     if args.config and (args.namesrv or args.group):
         raise RmqkError("give either a config file or --namesrv with --group, not both")
     if args.config:
-        from rmqk.app.config import announce_config, load_config
+        import rmqk
 
-        config = load_config(args.config)
+        config = rmqk.load_config(args.config)
         # The acl plugin reads its [acl] table here, so requests are signed as the consumers'.
-        announce_config(config)
+        config.announce()
         specs = [s for s in config.consumers if not args.consumer or s.name in args.consumer]
         missing = sorted(set(args.consumer or ()) - {s.name for s in specs})
         if missing:

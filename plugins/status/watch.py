@@ -11,7 +11,7 @@ import datetime
 from collections import deque
 from collections.abc import Sequence
 
-from rmqk.app.termchart import sparkline
+from rmqk.console.termchart import sparkline
 from rmqk.plugins.status.collect import GroupStatus
 
 __all__ = ["CLEAR_SCREEN", "LagHistory", "format_watch", "lag_line"]
