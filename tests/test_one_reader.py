@@ -275,6 +275,35 @@ def spark() -> Iterator[Any]:
     stop_session()
 
 
+def _read_with_plugin(
+    spark: Any, namesrv: str, recording_plugin: Path, columns: tuple[str, ...], **options: str
+) -> list[Any]:
+    """A batch read of Orders through the recording transport, its executors (separate
+    Python processes) loading the plugin through its entry point."""
+    from rmqk.plugins.spark.source import register
+
+    environment = spark.sparkContext.environment
+    saved = dict(environment)
+    # The data source is pickled with the environment its Python workers run in.
+    environment["PYTHONPATH"] = str(recording_plugin.parent / "site")
+    register(spark)
+    try:
+        reader = (
+            spark.read.format("rocketmq")
+            .option("namesrv", namesrv)
+            .option("topics", "Orders")
+            .option("transport", "recording")
+            .option("transportOptions", json.dumps({"record": str(recording_plugin)}))
+        )
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return list(reader.load().select(*columns).collect())
+    finally:
+        environment.clear()
+        environment.update(saved)
+        register(spark)
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_the_spark_source_uses_the_transport_plugin_and_filter_hooks(
@@ -283,33 +312,13 @@ def test_the_spark_source_uses_the_transport_plugin_and_filter_hooks(
     """The executors, separate Python processes, load the plugin through its entry point."""
     import os
 
-    from rmqk.plugins.spark.source import register
-
     broker_thread.call(broker_thread.broker.create_topic("Orders", queues=2))
     produced = asyncio.run(_orders(broker_thread.namesrv_addr, 400))
     cancelled = dict(produced.per_tag)["cancelled"]
     assert cancelled > 0
-    site = recording_plugin.parent / "site"
-    environment = spark.sparkContext.environment
-    saved = dict(environment)
-    # The data source is pickled with the environment its Python workers run in.
-    environment["PYTHONPATH"] = str(site)
-    register(spark)
-    try:
-        rows = (
-            spark.read.format("rocketmq")
-            .option("namesrv", broker_thread.namesrv_addr)
-            .option("topics", "Orders")
-            .option("transport", "recording")
-            .option("transportOptions", json.dumps({"record": str(recording_plugin)}))
-            .load()
-            .select("tags", "msg_id")
-            .collect()
-        )
-    finally:
-        environment.clear()
-        environment.update(saved)
-        register(spark)
+    rows = _read_with_plugin(
+        spark, broker_thread.namesrv_addr, recording_plugin, ("tags", "msg_id")
+    )
     assert len(rows) == 400 - cancelled
     assert "cancelled" not in {r.tags for r in rows}
     assert {r.msg_id for r in rows} < set(produced.msg_ids)
@@ -518,34 +527,18 @@ def test_the_spark_source_applies_its_client_options_on_the_executors(
     leaves the installed filter hook out of the source's pulls."""
     import os
 
-    from rmqk.plugins.spark.source import register
-
     broker_thread.call(broker_thread.broker.create_topic("Orders", queues=2))
     produced = asyncio.run(_orders(broker_thread.namesrv_addr, 200))
-    site = recording_plugin.parent / "site"
-    environment = spark.sparkContext.environment
-    saved = dict(environment)
-    environment["PYTHONPATH"] = str(site)
-    register(spark)
-    try:
-        rows = (
-            spark.read.format("rocketmq")
-            .option("namesrv", broker_thread.namesrv_addr)
-            .option("topics", "Orders")
-            .option("transport", "recording")
-            .option("transportOptions", json.dumps({"record": str(recording_plugin)}))
-            .option("instanceName", "etl")
-            .option("unitName", "u1")
-            .option("clientIP", "10.1.2.3")
-            .option("hookPlugins", "")
-            .load()
-            .select("msg_id")
-            .collect()
-        )
-    finally:
-        environment.clear()
-        environment.update(saved)
-        register(spark)
+    rows = _read_with_plugin(
+        spark,
+        broker_thread.namesrv_addr,
+        recording_plugin,
+        ("msg_id",),
+        instanceName="etl",
+        unitName="u1",
+        clientIP="10.1.2.3",
+        hookPlugins="",
+    )
     assert sorted(r.msg_id for r in rows) == sorted(produced.msg_ids)  # none filtered
     executors = [r for r in records(recording_plugin) if r["pid"] != os.getpid() and "pull" in r]
     assert executors and not [r for r in records(recording_plugin) if "filtered" in r]
