@@ -320,10 +320,21 @@ def test_java_shaped_properties_read_the_same_on_both_decoders(raw: str) -> None
     from rmqk.model.message import parse_properties
 
     buf = encode_stored_message(
-        topic="t", body=b"x", flag=0, queue_id=0, queue_offset=1, commit_log_offset=2,
-        sys_flag=0, born_timestamp=3, born_host=HOSTS[0], store_timestamp=4,
-        store_host=HOSTS[1], reconsume_times=0, prepared_transaction_offset=0,
-        properties_raw=raw, magic_code=MAGIC_CODE_V1,
+        topic="t",
+        body=b"x",
+        flag=0,
+        queue_id=0,
+        queue_offset=1,
+        commit_log_offset=2,
+        sys_flag=0,
+        born_timestamp=3,
+        born_host=HOSTS[0],
+        store_timestamp=4,
+        store_host=HOSTS[1],
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        properties_raw=raw,
+        magic_code=MAGIC_CODE_V1,
     )
     decoders = [message_codec._decode_records_py]
     if message_codec.SPEEDUPS:
