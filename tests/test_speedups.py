@@ -74,6 +74,23 @@ def _both(buf: bytes, decompress: bool = True, max_body: int = 1 << 20) -> tuple
 HOSTS = ["127.0.0.1:10911", "10.1.2.3:0", "[::1]:5", "[2001:db8::7]:65535"]
 
 
+# Property texts as Apache's 4.9.8 Java producer and broker write them, plus odd
+# ones its parser still accepts: empty values, non-ASCII, separators at the
+# edges, a key without a value, a duplicated key (the later one wins in Java).
+PROPERTY_SETS = [
+    "",
+    "TAGS\x01a",
+    "UNIQ_KEY\x01x\x02KEYS\x01k j",
+    "KEYS\x01order-1 order-2\x02UNIQ_KEY\x017F0000010B2A18B4AAC2754D6B8A0000\x02WAIT\x01true"
+    "\x02TAGS\x01TagA\x02MIN_OFFSET\x010\x02MAX_OFFSET\x0112\x02CLUSTER\x01DefaultCluster\x02",
+    "TAGS\x01\x02KEYS\x01\x02",
+    "\x02TAGS\x01t\x02",
+    "TAGS\x01t\x02TAGS\x01u\x02",
+    "k\u00e9y\x01v\u00e4l\u4e2d\x02UNIQ_KEY\x01A\x02",
+    "NOVALUE\x02WAIT\x01false",
+]
+
+
 @st.composite
 def records(draw: st.DrawFn) -> bytes:
     body = draw(st.binary(max_size=300))
@@ -95,7 +112,7 @@ def records(draw: st.DrawFn) -> bytes:
         store_host=draw(st.sampled_from(HOSTS)),
         reconsume_times=draw(st.integers(-(2**31), 2**31 - 1)),
         prepared_transaction_offset=draw(st.integers(0, 2**63 - 1)),
-        properties_raw=draw(st.sampled_from(["", "TAGS\x01a", "UNIQ_KEY\x01x\x02KEYS\x01k j"])),
+        properties_raw=draw(st.sampled_from(PROPERTY_SETS)),
         magic_code=draw(st.sampled_from([MAGIC_CODE_V1, MAGIC_CODE_V2])),
     )
 
@@ -294,3 +311,39 @@ def test_first_key_takes_a_dict_and_any_order() -> None:
         pure = _outcome(partial(_python_first_key, order, held))  # type: ignore[arg-type]
         assert compiled == pure, order
     assert _outcome(partial(first_key, [5, 6], {})) == ("raised", AttributeError)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("raw", PROPERTY_SETS)
+def test_java_shaped_properties_read_the_same_on_both_decoders(raw: str) -> None:
+    # The tag fast path reads the raw text; it must agree with the full parse
+    # (Java's string2messageProperties rules) on both decoders, odd texts included.
+    from rmqk.model.message import parse_properties
+
+    buf = encode_stored_message(
+        topic="t",
+        body=b"x",
+        flag=0,
+        queue_id=0,
+        queue_offset=1,
+        commit_log_offset=2,
+        sys_flag=0,
+        born_timestamp=3,
+        born_host=HOSTS[0],
+        store_timestamp=4,
+        store_host=HOSTS[1],
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        properties_raw=raw,
+        magic_code=MAGIC_CODE_V1,
+    )
+    decoders = [message_codec._decode_records_py]
+    if message_codec.SPEEDUPS:
+        decoders.append(message_codec._decode_records)
+    expected = parse_properties(raw)
+    for decode in decoders:
+        out: list[MessageExt] = []
+        decode(buf, 0, len(buf), "b", True, 0, 1 << 20, out)
+        (m,) = out
+        assert m.tags == expected.get("TAGS")
+        assert m.keys == expected.get("KEYS")
+        assert m.properties == expected
