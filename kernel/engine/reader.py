@@ -94,11 +94,12 @@ class ReaderSettings:
         if opts is None:
             return
         where = Where("<reader settings>", "client_options")
+        defaults = ClientOptions()
         problems = [
             where.problem(spec.name, f"a range reader does not take {spec.name}: {why}")
             for spec in CLIENT_OPTIONS
             if (why := READER_REFUSES.get(spec.name))
-            and getattr(opts, spec.attr) != getattr(ClientOptions(), spec.attr)
+            and getattr(opts, spec.attr) != getattr(defaults, spec.attr)
         ]
         if self.use_tls or self.tls != TlsConfig() or self.credentials is not None:
             problems.append(

@@ -257,22 +257,18 @@ class SourceOptions:
         return build_subscription(topic, self.sub_expression, self.expression_type)
 
     def reader(self) -> BrokerReader:
-        return BrokerReader(_reader_settings(self.namesrv, self.client, self))
-
-
-def _reader_settings(
-    namesrv: tuple[str, ...], client: ClientOptions, source: SourceOptions | None
-) -> ReaderSettings:
-    return ReaderSettings(
-        namesrv_addrs=namesrv,
-        group=source.consumer_group if source else "rmqk-spark-source",
-        transport=source.transport if source else "tcp",
-        transport_options=source.transport_options if source else {},
-        namespace=source.namespace if source else None,
-        timeout_ms=source.pull_timeout_ms if source else 10_000,
-        instance_name="rmqk-spark",
-        client_options=client,
-    )
+        return BrokerReader(
+            ReaderSettings(
+                namesrv_addrs=self.namesrv,
+                group=self.consumer_group,
+                transport=self.transport,
+                transport_options=self.transport_options,
+                namespace=self.namespace,
+                timeout_ms=self.pull_timeout_ms,
+                instance_name="rmqk-spark",
+                client_options=self.client,
+            )
+        )
 
 
 def _client_options(
@@ -300,7 +296,7 @@ def _client_options(
         client = ClientOptions(**kwargs)
         # What a range reader refuses (an option it has no use for), said now, and
         # hook plugins this process does not have.
-        _reader_settings(table.namesrv or ("127.0.0.1:9876",), client, None)
+        ReaderSettings(table.namesrv or ("127.0.0.1:9876",), client_options=client)
         check_hook_plugins(client.hook_plugins, "rocketmq")
     except ConfigError as exc:
         problems.extend(
