@@ -114,7 +114,7 @@ class ReaderSettings:
 
 
 # The client options a range reader has no use for, and why: given, they are refused.
-# Every other client option applies to a reader as to a consumer (tests/test_reader.py).
+# Every other client option applies to a reader as to a consumer (tests/test_one_reader.py).
 READER_REFUSES: Mapping[str, str] = {
     "namesrv_addr": "the reader's name servers are its namesrv_addrs",
     "namespace": "the reader's namespace is its namespace setting",
