@@ -185,7 +185,7 @@ class Service:
         )  # fmt: skip
         self.service = ConcurrentConsumeService(host, {})  # type: ignore[arg-type]
         self.service._workers.append(
-            asyncio.get_running_loop().create_task(self.service._async_worker())
+            asyncio.get_running_loop().create_task(self.service._deliver_worker())
         )
 
     async def deliver(self, offset: int) -> None:

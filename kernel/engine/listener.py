@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from rmqk.engine.lane import CallLane
 from rmqk.engine.pool import ResizablePool
 from rmqk.model import ConsumeOrderlyStatus, ConsumeStatus, MessageQueue
 from rmqk.model.errors import ClientError
@@ -176,6 +177,7 @@ class ListenerInvoker:
             self._executor = ResizablePool(max_workers, thread_name_prefix=thread_name_prefix)
         self._hooks_checked_at = 0.0
         self._has_hooks = False
+        self._lanes: list[CallLane] = []
         # Failures name the listener as its author knows it: ``name`` when the caller
         # has one (the function a config names), not a wrapper's qualname.
         self.failures = FailureLog(group, name or listener_name(listener))
@@ -502,107 +504,19 @@ class ListenerInvoker:
         self.report_failure(refused, queue)
         return ListenerOutcome(None, refused, 0.0)
 
-    async def deliver_group(
+    def lane(
         self,
-        calls: Sequence[tuple[MessageQueue, list[MessageExt], Any]],
-        patience_s: float = 0.25,
-        on_give_up: Callable[[int], None] | None = None,
-        watch_single: bool = False,
-    ) -> list[ListenerOutcome]:
-        """Several batches as :meth:`deliver` delivers them (deferrals awaited).
-
-        With no interceptor, a sync listener's calls share one thread hop (see
-        :meth:`invoke_group`, whose give-up rule applies); with one, each batch
-        is delivered in turn.
-        """
-        if self._hooks_enabled() or self.is_async:
-            out: list[ListenerOutcome] = []
-            for queue, msgs, context in calls:
-                outcome = await self.deliver(queue, msgs, context)
-                assert outcome is not None  # no settled callback: always an outcome
-                out.append(outcome)
-            return out
-        outcomes = await self.invoke_group(
-            [(msgs, context) for _, msgs, context in calls],
-            patience_s=patience_s,
-            on_give_up=on_give_up,
-            watch_single=watch_single,
-        )
-        for (queue, _, _), outcome in zip(calls, outcomes, strict=False):
-            if outcome.exception is not None:
-                self.report_failure(outcome.exception, queue)
-            elif isinstance(outcome.status, asyncio.Future):
-                # A deferred acknowledgement, as deliver waits for one.
-                start = time.perf_counter() - outcome.duration_ms / 1000
-                answered = await self._answer(outcome.status, start, queue)
-                outcome.status, outcome.exception = answered.status, answered.exception
-                outcome.duration_ms = answered.duration_ms
-        return outcomes
-
-    async def invoke_group(
-        self,
-        calls: Sequence[tuple[list[MessageExt], Any]],
-        patience_s: float = 0.25,
-        on_give_up: Callable[[int], None] | None = None,
-        watch_single: bool = False,
-    ) -> list[ListenerOutcome]:
-        """Several listener calls in one go, without hooks: one thread hop for a sync listener.
-
-        Each call still gets its own batch, context and outcome, as if made
-        separately. Returns the outcomes of the calls that ran, in order: when a
-        group is still running after ``patience_s`` (a slow or hung call), the
-        calls not yet started are given up and left to the caller to requeue,
-        so a hung call holds up only its own batch, as in Java's thread pool.
-        ``on_give_up(n)`` is called at that moment, while the slow call still runs,
-        with the number of calls that started: calls ``n`` and later never will.
-        A group of one call is watched too when ``watch_single`` is set.
-        """
-        if self.is_async:
-            return [await self._call_async(msgs, ctx) for msgs, ctx in calls]
-        assert self._executor is not None
-        loop = asyncio.get_running_loop()
-        run = contextvars.copy_context().run
-        state = _GroupState()
-        fut = loop.run_in_executor(self._executor, run, self._call_all_sync, calls, state)
-        if len(calls) > 1 or watch_single:
-            done, _ = await asyncio.wait({fut}, timeout=patience_s)
-            if not done:
-                with state.lock:
-                    state.stop_at = state.started
-                if on_give_up is not None:
-                    on_give_up(state.stop_at)
-        return await fut
-
-    async def _call_async(self, msgs: list[MessageExt], context: Any) -> ListenerOutcome:
-        start = time.perf_counter()
-        try:
-            status = await (
-                self.listener(msgs, context) if self.wants_context else self.listener(msgs)
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return ListenerOutcome(None, exc, (time.perf_counter() - start) * 1000)
-        return ListenerOutcome(status, None, (time.perf_counter() - start) * 1000)
-
-    def _call_all_sync(
-        self, calls: Sequence[tuple[list[MessageExt], Any]], state: _GroupState
-    ) -> list[ListenerOutcome]:
-        listener, wants_context = self.listener, self.wants_context
-        out: list[ListenerOutcome] = []
-        for i, (msgs, context) in enumerate(calls):
-            with state.lock:
-                if state.stop_at is not None and i >= state.stop_at:
-                    break
-                state.started = i + 1
-            start = time.perf_counter()
-            try:
-                status = listener(msgs, context) if wants_context else listener(msgs)
-            except Exception as exc:
-                out.append(ListenerOutcome(None, exc, (time.perf_counter() - start) * 1000))
-                continue
-            out.append(ListenerOutcome(status, None, (time.perf_counter() - start) * 1000))
-        return out
+        settle: Callable[[list[Any]], None],
+        on_start: Callable[[Any], bool] | None = None,
+    ) -> CallLane:
+        """A lane for this sync listener's calls without hooks (:class:`rmqk.engine.lane.
+        CallLane`): put calls, ``settle`` gets their outcomes in bulk on the loop."""
+        if self._executor is None:
+            raise ClientError(f"listener {self.failures.listener} is async: it has no pool")
+        executor = self._executor
+        lane = CallLane(self, lambda: executor.size, executor.submit, settle, on_start)
+        self._lanes.append(lane)
+        return lane
 
     async def after(self, hook_ctx: ConsumeMessageContext | None) -> None:
         if hook_ctx is not None:
@@ -632,6 +546,8 @@ class ListenerInvoker:
 
     def shutdown(self, wait: bool = False) -> None:
         self.failures.flush()
+        for lane in self._lanes:
+            lane.close()
         if self._executor is not None:
             self._executor.shutdown(wait=wait, cancel_futures=True)
 
@@ -703,17 +619,6 @@ def describe_outcome(
     hook_ctx.duration_ms = outcome.duration_ms
     hook_ctx.exception = outcome.exception
     hook_ctx.props["ConsumeContextType"] = return_type
-
-
-class _GroupState:
-    """Which calls of a group have started; the loop may stop the rest (under the lock)."""
-
-    __slots__ = ("lock", "started", "stop_at")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.started = 0
-        self.stop_at: int | None = None
 
 
 def _accepts_two_args(fn: Callable[..., Any]) -> bool:

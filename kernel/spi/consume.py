@@ -35,6 +35,7 @@ from rmqk.spi.transport import ConsumeMessageDirectlyResult
 __all__ = [
     "JAVA_INT_MAX",
     "REBALANCE_LOCK_INTERVAL_MS",
+    "CallLane",
     "ConsumeConcurrentlyContext",
     "ConsumeHost",
     "ConsumeListener",
@@ -158,6 +159,22 @@ class QueueView(Protocol):
         """Put the whole consuming set back at the head."""
 
 
+class CallLane(Protocol):
+    """Calls ``(token, queue, msgs, context)`` of a sync listener run by its pool threads,
+    outcomes to ``settle([(token, outcome)])`` in bulk on the loop (None: ``on_start(token)``,
+    run in the pool as a slow call begins, said skip). How: rmqk.engine.lane."""
+
+    def running(self) -> int: ...  # calls begun whose outcome is not settled yet
+
+    def put(self, calls: Sequence[tuple[Any, MessageQueue, list[MessageExt], Any]]) -> bool:
+        """Queue calls; False (none queued) while consume hooks are on: use ``deliver``."""
+
+    def take_back(self) -> list[Any]:
+        """Remove the calls not begun; their tokens (at stop)."""
+
+    def settle_now(self) -> None: ...
+
+
 class ConsumeListener(Protocol):
     """The consumer's listener; a service consumes through :attr:`ConsumeHost.deliver`."""
 
@@ -169,14 +186,10 @@ class ConsumeListener(Protocol):
     def resize_pool(self, size: int) -> int | None:
         """Set the sync listener's thread pool size (at least 1); None (no-op) if async."""
 
-    async def deliver_group(
-        self,
-        calls: Sequence[tuple[MessageQueue, list[MessageExt], Any]],
-        patience_s: float = 0.25,
-        on_give_up: Callable[[int], None] | None = None,
-        watch_single: bool = False,
-    ) -> list[ListenerOutcome]:
-        """Several ``deliver`` calls, one thread hop for a sync listener without hooks."""
+    def lane(
+        self, settle: Callable[[list[Any]], None], on_start: Callable[[Any], bool] | None = None
+    ) -> CallLane:
+        """A sync listener's pool as a :class:`CallLane` (ClientError if async)."""
 
     async def cancel_deferred(self) -> int:
         """Cancel the unanswered :class:`DeferredAck` (at stop); ``settled`` has run after."""
@@ -193,8 +206,7 @@ class ConsumeListener(Protocol):
         """One call, ``hooks=False, report=False``: CONSUME_MESSAGE_DIRECTLY (no hooks in Java)."""
 
     def report_failure(self, exc: BaseException, queue: MessageQueue | None = None) -> None:
-        """Log an exception the listener raised: the first of each type with its traceback,
-        repeats counted in a line now and then (and at shutdown)."""
+        """Log a listener's exception: each type once with its traceback, repeats counted."""
 
 
 class ConsumeStats(Protocol):

@@ -25,7 +25,13 @@ from rmqk.plugins.consume.direct import consume_concurrently_directly
 from rmqk.plugins.consume.expired import clean_expired_loop, clean_expired_messages
 from rmqk.plugins.consume.status import concurrent_status
 from rmqk.plugins.consume.tasks import cancel_all, spawn
-from rmqk.spi.consume import ConsumeConcurrentlyContext, ConsumeHost, ListenerOutcome, QueueView
+from rmqk.spi.consume import (
+    CallLane,
+    ConsumeConcurrentlyContext,
+    ConsumeHost,
+    ListenerOutcome,
+    QueueView,
+)
 from rmqk.spi.options import OptionSpec
 from rmqk.spi.transport import ConsumeMessageDirectlyResult
 
@@ -36,12 +42,6 @@ log = logging.getLogger("rmqk.plugins.consume.concurrent")
 _OFFSET = attrgetter("queue_offset")
 
 LOCAL_RETRY_DELAY_S = 5.0
-# The most chunks one worker takes from the backlog at once.
-MAX_GROUP = 64
-# The listener time one worker may take in one thread hop when calls are quick.
-GROUP_BUDGET_MS = 5.0
-# Sync calls quicker than this (moving average) run one group at a time.
-QUICK_CALL_MS = 0.5
 # How often the pool size is adjusted to the backlog (Java: every minute, first after one).
 ADJUST_INTERVAL_S = 60.0
 # Below this share of adjust_thread_pool_nums_threshold the pool shrinks (Java: 0.8).
@@ -61,12 +61,14 @@ class _Acks:
 
 
 class ConcurrentConsumeService:
-    """A fixed pool of worker tasks drains chunks from one queue (Java's consumeExecutor).
+    """Chunks of the pulled batches to the listener, in parallel (Java's consumeExecutor).
 
-    Workers replace a task per chunk: an enqueue and a dequeue cost far less than
-    a task, and a worker that finds a backlog takes its fair share of it at once
-    (one thread hop for several sync listener calls), while a slow listener's
-    chunks still spread across all workers.
+    A plain ``def`` listener's chunks go to its pool through a lane
+    (:class:`rmqk.spi.consume.CallLane`): pool threads drain them while any are
+    queued and hand the outcomes back in bulk, so a quick listener costs no thread
+    hop per batch. Chunks for an ``async def`` listener, and every chunk while the
+    client has consume hooks, are taken by worker tasks that deliver them one at a
+    time through ``host.deliver``.
 
     An async listener may return a :class:`rmqk.spi.consume.DeferredAck` instead of
     a status (a sink's group commit, say): the worker moves on at once and the
@@ -101,10 +103,7 @@ class ConcurrentConsumeService:
         self._callback_context = contextvars.copy_context()
         self._acks: dict[QueueView, _Acks] = {}
         self._retry_topic = host.retry_topic
-        # Moving average of a sync listener call; starts high so that the first
-        # groups are fair shares until calls are seen to be quick.
-        self._call_ms = GROUP_BUDGET_MS
-        self._quick_gate = asyncio.Lock()
+        self._lane: CallLane | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -112,10 +111,12 @@ class ConcurrentConsumeService:
         self._cleaner = loop.create_task(clean_expired_loop(self.host))
         if self.host.listener.is_async:
             self._workers = [
-                loop.create_task(self._async_worker(), name=f"ConsumeMessageThread_{i}")
+                loop.create_task(self._deliver_worker(), name=f"ConsumeMessageThread_{i}")
                 for i in range(self.worker_count)
             ]
         else:
+            self._lane = self.host.listener.lane(self._lane_settled, self._lane_begins)
+            # Workers for the chunks delivered with the consume hooks around them.
             for i in range(self.worker_count):
                 self._start_worker(i)
             # Only a sync listener has a pool to adjust (an async one runs on the loop).
@@ -123,7 +124,7 @@ class ConcurrentConsumeService:
 
     def _start_worker(self, index: int) -> None:
         task = asyncio.get_running_loop().create_task(
-            self._worker(index), name=f"ConsumeMessageThread_{index}"
+            self._deliver_worker(index), name=f"ConsumeMessageThread_{index}"
         )
         self._worker_by_index[index] = task
         self._workers.append(task)
@@ -189,21 +190,31 @@ class ConcurrentConsumeService:
             self._adjuster.cancel()
         while not self._queue.empty():
             self._queue.get_nowait()
-        under_way = f"{self._busy} listener calls and {self._deferred} deferred writes"
-        if await_termination_ms > 0 and (self._busy or self._deferred):
+        lane = self._lane
+        if lane is not None:
+            lane.take_back()  # not begun: left unacknowledged
+            lane.settle_now()  # finished, handed back, not yet taken
+
+        def calls() -> int:
+            return self._busy + (lane.running() if lane is not None else 0)
+
+        under_way = f"{calls()} listener calls and {self._deferred} deferred writes"
+        if await_termination_ms > 0 and (calls() or self._deferred):
             log.info("group %s stopping: waiting up to %d ms for %s", self.host.group,
                      await_termination_ms, under_way)  # fmt: skip
             deadline = time.monotonic() + await_termination_ms / 1000
-            while (self._busy or self._deferred) and time.monotonic() < deadline:
+            while (calls() or self._deferred) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-        if self._busy or self._deferred:
+        if calls() or self._deferred:
             log.warning(
                 "group %s stopped with %s still under way after %d ms (await_termination_"
                 "millis_when_shutdown); those batches are not acknowledged: consumed again",
                 self.host.group,
-                f"{self._busy} listener calls and {self._deferred} deferred writes",
+                f"{calls()} listener calls and {self._deferred} deferred writes",
                 await_termination_ms,
             )
+        if lane is not None:
+            lane.settle_now()
         # Answered meanwhile or not at all: those not answered stay unacknowledged.
         await self.host.listener.cancel_deferred()
         await cancel_all([*self._workers, *self._tasks])
@@ -218,31 +229,71 @@ class ConcurrentConsumeService:
         if self._stopped:
             return
         size = self.host.options.consume_message_batch_max_size
-        put = self._queue.put_nowait
         if len(msgs) <= size:
-            put(Chunk(msgs, pq, mq))
-            return
-        for i in range(0, len(msgs), size):
-            put(Chunk(msgs[i : i + size], pq, mq))
+            chunks = [Chunk(msgs, pq, mq)]
+        else:
+            chunks = [Chunk(msgs[i : i + size], pq, mq) for i in range(0, len(msgs), size)]
+        lane = self._lane
+        if lane is not None:
+            if mq.topic == self._retry_topic:
+                self.host.reset_retry_topic(msgs)
+            # As the calls begin, if they are quick (else _lane_begins stamps them again).
+            _stamp_started(pq, msgs, int(time.time() * 1000))
+            if self.host.listener.wants_context:
+                for r in chunks:
+                    r.ctx = ConsumeConcurrentlyContext(mq)
+                calls = [(r, mq, r.msgs, r.ctx) for r in chunks]
+            else:
+                calls = [(r, mq, r.msgs, None) for r in chunks]
+            if lane.put(calls):
+                return
+        put = self._queue.put_nowait
+        for r in chunks:
+            put(r)
+
+    def _lane_begins(self, r: Chunk) -> bool:
+        """In a pool thread, as a chunk's call begins: False skips it (its queue is gone)."""
+        if r.pq.dropped or self._stopped:
+            return False
+        _stamp_started(r.pq, r.msgs, int(time.time() * 1000))
+        return True
+
+    def _lane_settled(self, done: list[tuple[Any, ListenerOutcome | None]]) -> None:
+        """Outcomes of chunks the lane ran (on the loop): acknowledged as the workers'."""
+        success = ConsumeStatus.CONSUME_SUCCESS
+        for r, outcome in done:
+            if outcome is None:
+                continue  # not called: its queue was dropped, or the service stopped
+            status, ctx = outcome.status, r.ctx if self.host.listener.wants_context else None
+            if (
+                outcome.exception is None
+                and (status is None or status is success)
+                and (ctx is None or ctx.ack_index >= len(r.msgs) - 1)
+            ):
+                self._ack(r, outcome.duration_ms)
+            elif not self._stopped:
+                spawn(self._tasks, self._finish(r, ctx, outcome))
 
     def _stamp(self, r: Chunk, started: int) -> None:
         if r.mq.topic == self._retry_topic:
             self.host.reset_retry_topic(r.msgs)
-        # When each message's consume began, for cleanExpiredMsg.
-        msgs = r.msgs
-        if len(msgs) == 1:
-            r.pq.consume_started[msgs[0].queue_offset] = started
-        else:
-            r.pq.consume_started.update(zip(map(_OFFSET, msgs), repeat(started)))
+        _stamp_started(r.pq, r.msgs, started)
 
-    async def _async_worker(self) -> None:
-        """The worker for an async listener: one chunk at a time, delivered inline."""
+    async def _deliver_worker(self, index: int = 0) -> None:
+        """A worker task: one chunk at a time through ``host.deliver`` (an async listener
+        inline; a sync one, with the consume hooks around it, on its pool)."""
         queue = self._queue
         host = self.host
         deliver = host.deliver
         wants_context = host.listener.wants_context
         settled = self._on_settled
+        is_async = host.listener.is_async
         while True:
+            if not is_async and index >= self.worker_count:
+                # The pool shrank: this worker retires, as its thread does.
+                if self._worker_by_index.get(index) is asyncio.current_task():
+                    del self._worker_by_index[index]
+                return
             r = queue.take() or await queue.get()
             if r.pq.dropped or self._stopped:
                 continue
@@ -343,134 +394,6 @@ class ConcurrentConsumeService:
             status, ctx if ctx is not None else ConsumeConcurrentlyContext(r.mq), r.msgs, r.pq, r.mq
         )
 
-    async def _worker(self, index: int = 0) -> None:
-        queue = self._queue
-        gate = self._quick_gate
-        while True:
-            if index >= self.worker_count:
-                # The pool shrank: this worker retires, as its thread does.
-                if self._worker_by_index.get(index) is asyncio.current_task():
-                    del self._worker_by_index[index]
-                return
-            # Quick calls: one group in flight at a time, so the chunks that arrive
-            # meanwhile make the next group instead of a thread hop each (hops, and
-            # threads contending for the GIL, cost more than such calls).
-            held: list[bool] | None = None
-            if self._call_ms < QUICK_CALL_MS:
-                await gate.acquire()
-                held = [True]
-                try:
-                    first = await queue.get()
-                except BaseException:
-                    self._release_gate(held)
-                    raise
-            else:
-                first = await queue.get()
-            group = [first]
-            # One thread hop for the whole group. A fair share of the backlog keeps
-            # slow listener calls spread over the threads; calls known to be quick
-            # are taken in bulk, up to GROUP_BUDGET_MS of listener time per hop,
-            # since a hop (a thread wake-up and a loop wake-up) costs more than them.
-            backlog = queue.qsize()
-            extra = backlog // self.worker_count
-            if backlog > extra and self._call_ms < GROUP_BUDGET_MS:
-                extra = max(extra, min(backlog, int(GROUP_BUDGET_MS / max(self._call_ms, 0.001))))
-            extra = min(extra, MAX_GROUP - 1)
-            for _ in range(extra):
-                group.append(queue.get_nowait())
-            self._busy += 1
-            try:
-                await self._consume_group(group, held)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("consume of %d batches failed unexpectedly", len(group))
-            finally:
-                self._busy -= 1
-                self._release_gate(held)
-
-    def _release_gate(self, held: list[bool] | None) -> None:
-        if held is not None and held[0]:
-            held[0] = False
-            self._quick_gate.release()
-
-    async def _consume_group(self, group: list[Chunk], held: list[bool] | None = None) -> None:
-        invoker = self.host.listener
-        live = [] if self._stopped else [r for r in group if not r.pq.dropped]
-        if not live:
-            return
-        started = int(time.time() * 1000)
-        for r in live:
-            self._stamp(r, started)
-        # A listener that takes no context cannot set ack_index: one shared None.
-        if invoker.wants_context:
-            contexts: list[ConsumeConcurrentlyContext | None] = [
-                ConsumeConcurrentlyContext(r.mq) for r in live
-            ]
-        else:
-            contexts = [None] * len(live)
-        requeued = False
-
-        def give_up(started: int) -> None:
-            # A slow call holds the group up: the chunks it has not reached go back to
-            # the queue for other workers now, so a hung call stalls only its batch;
-            # calls are no longer taken to be quick, and the gate opens.
-            nonlocal requeued
-            requeued = True
-            self._call_ms = max(self._call_ms, GROUP_BUDGET_MS)
-            self._release_gate(held)
-            for r in live[started:]:
-                self._queue.put_nowait(r)
-
-        # Delivered with the client's consume interceptors around each call, if any.
-        outcomes = await invoker.deliver_group(
-            [(r.mq, r.msgs, ctx) for r, ctx in zip(live, contexts, strict=True)],
-            on_give_up=give_up,
-            watch_single=held is not None,
-        )
-        if len(outcomes) < len(live):
-            if not requeued:
-                for r in live[len(outcomes) :]:
-                    self._queue.put_nowait(r)
-            live = live[: len(outcomes)]
-            contexts = contexts[: len(outcomes)]
-        success = ConsumeStatus.CONSUME_SUCCESS
-        total_ms = 0.0
-        per_topic: dict[str, list[float]] = {}
-        for r, ctx, outcome in zip(live, contexts, outcomes, strict=True):
-            total_ms += outcome.duration_ms
-            entry = per_topic.get(r.mq.topic)
-            if entry is None:
-                per_topic[r.mq.topic] = [outcome.duration_ms, 1]
-            else:
-                entry[0] += outcome.duration_ms
-                entry[1] += 1
-            plain = outcome.exception is None and (
-                outcome.status is None or outcome.status is success
-            )
-            if plain and (ctx is None or ctx.ack_index >= len(r.msgs) - 1):
-                self._ack(r)
-                continue
-            status = self._status(outcome)
-            if r.pq.dropped or _halted(outcome):
-                continue
-            if status is success and (ctx is None or ctx.ack_index >= len(r.msgs) - 1):
-                self._ack(r)
-            else:
-                await self._process_result(
-                    status,
-                    ctx if ctx is not None else ConsumeConcurrentlyContext(r.mq),
-                    r.msgs,
-                    r.pq,
-                    r.mq,
-                )
-        if outcomes:
-            mean_ms = total_ms / len(outcomes)
-            self._call_ms += (mean_ms - self._call_ms) * 0.3
-            # One statistics entry per topic and group rather than per call.
-            for topic, (ms, calls) in per_topic.items():
-                self.host.stats.add_consume_rt(topic, ms, int(calls))
-
     def _status(self, outcome: ListenerOutcome) -> ConsumeStatus:
         return concurrent_status(outcome, self.host)
 
@@ -537,6 +460,14 @@ class ConcurrentConsumeService:
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
         return await consume_concurrently_directly(self.host, msg, broker_name)
+
+
+def _stamp_started(pq: QueueView, msgs: list[MessageExt], started: int) -> None:
+    """When each message's consume began, for cleanExpiredMsg."""
+    if len(msgs) == 1:
+        pq.consume_started[msgs[0].queue_offset] = started
+    else:
+        pq.consume_started.update(zip(map(_OFFSET, msgs), repeat(started)))
 
 
 def _halted(outcome: ListenerOutcome) -> bool:
