@@ -81,7 +81,7 @@ def service_with(invoker: Invoker, acknowledged: list[MessageExt]) -> Concurrent
 async def consume(service: ConcurrentConsumeService, chunk: Chunk) -> None:
     """One async worker of the service takes ``chunk`` and delivers it."""
     service.submit(chunk.msgs, chunk.pq, chunk.mq, True)
-    service._workers.append(asyncio.get_running_loop().create_task(service._async_worker()))
+    service._workers.append(asyncio.get_running_loop().create_task(service._deliver_worker()))
     while not service._deferred:
         await asyncio.sleep(0.001)
 

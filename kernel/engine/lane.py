@@ -7,7 +7,10 @@ one: the loop and the pool handed the GIL back and forth at every group. Here th
 loop only appends calls to a deque; a drain loop on a pool thread takes them until
 none is left, and hands outcomes back in bulk, one loop wake-up for all that finished
 since the loop last took them (at the latest every :data:`POST_CALLS` calls or
-:data:`POST_MS`, and whenever the deque runs dry).
+:data:`POST_MS`, and whenever the deque runs dry). While quick calls come thick and
+fast and no drain loop runs, one starts :data:`HAND_OFF_DELAY_MS` after a put, with
+whatever else was put meanwhile: a wake-up of a pool thread and one of the loop for
+every pull cost more than the listener's work.
 
 One drain loop runs while calls are quick: threads contending for the GIL cost
 more than such calls. When calls are slow, or one has run longer than the patience
@@ -42,9 +45,10 @@ log = logging.getLogger("rmqk.engine.listener")
 QUICK_CALL_MS = 0.5
 # What a call counts as once one outlasted the patience (well above QUICK_CALL_MS).
 SLOW_CALL_MS = 5.0
-# Quick calls wait this long for company before a drain loop is started for them: a
-# wake-up of the pool and one of the loop for each pull cost a plain listener 1.5x the
-# CPU of an async one at batch 32; a millisecond makes them a few pulls each (1.1x).
+# Quick calls put within this long of the previous put wait this long for company
+# before a drain loop is started for them: a wake-up of the pool and one of the loop for
+# each pull cost a plain listener 1.5x the CPU of an async one at batch 32; a millisecond
+# makes them a few pulls each (1.1x). After a lull a call starts at once (latency).
 HAND_OFF_DELAY_MS = 1.0
 # Outcomes go back to the loop at the latest after this many calls or this long.
 POST_CALLS = 64
@@ -87,6 +91,7 @@ class CallLane:
         self.call_ms = 0.0
         self._watch: asyncio.TimerHandle | None = None
         self._spawn_handle: asyncio.Handle | None = None
+        self._last_put = 0.0  # loop time of the last put
         self._deferred: set[asyncio.Task[None]] = set()
         # Loop-only counts: what went in, what came out (settled or taken back).
         self._put = 0
@@ -107,11 +112,14 @@ class CallLane:
         work = self._work
         work.extend(calls)
         self._put += len(calls)
-        if self._drainers or len(work) >= POST_CALLS or self.call_ms >= QUICK_CALL_MS:
+        now = self._loop.time()
+        lull = now - self._last_put >= HAND_OFF_DELAY_MS / 1000
+        self._last_put = now
+        if self._drainers or lull or len(work) >= POST_CALLS or self.call_ms >= QUICK_CALL_MS:
             self._spawn()
         elif self._spawn_handle is None:
-            # Quick calls and no drain loop running: one starts a moment later, with
-            # what else came meanwhile (see HAND_OFF_DELAY_MS).
+            # Quick calls coming thick and fast, and no drain loop running: one starts
+            # a moment later, with what else came meanwhile (see HAND_OFF_DELAY_MS).
             self._spawn_handle = self._loop.call_later(
                 HAND_OFF_DELAY_MS / 1000, self._delayed_spawn
             )
@@ -216,7 +224,7 @@ class CallLane:
                 if unposted >= POST_CALLS or end - first >= post_s or ms >= QUICK_CALL_MS:
                     self._wake()
                     unposted = 0
-                if self._drainers > self._want():
+                if self._drainers > 1 and self._drainers > self._want():
                     with lock:
                         if self._drainers > self._want():
                             self._drainers -= 1  # surplus: the calls are quick, or the pool shrank

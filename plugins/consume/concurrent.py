@@ -261,10 +261,11 @@ class ConcurrentConsumeService:
     def _lane_settled(self, done: list[tuple[Any, ListenerOutcome | None]]) -> None:
         """Outcomes of chunks the lane ran (on the loop): acknowledged as the workers'."""
         success = ConsumeStatus.CONSUME_SUCCESS
+        wants_context = self.host.listener.wants_context
         for r, outcome in done:
             if outcome is None:
                 continue  # not called: its queue was dropped, or the service stopped
-            status, ctx = outcome.status, r.ctx if self.host.listener.wants_context else None
+            status, ctx = outcome.status, r.ctx if wants_context else None
             if (
                 outcome.exception is None
                 and (status is None or status is success)
