@@ -205,3 +205,27 @@ async def test_an_async_listener_has_no_lane() -> None:
     invoker = ListenerInvoker(listener, "g", 1)
     with pytest.raises(ClientError, match="is async: it has no pool"):
         invoker.lane(Settled())
+
+
+async def test_slow_calls_put_at_once_spread_over_the_pool() -> None:
+    """Taken to be quick at first, the calls show they are not: the drain loop running
+    them starts the rest of the pool at once, with no further put to do it."""
+    lock = threading.Lock()
+    running = peak = 0
+
+    def listener(msgs: list[Any]) -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.01)
+        with lock:
+            running -= 1
+
+    invoker = ListenerInvoker(listener, "g", 4)
+    settled = Settled()
+    lane = invoker.lane(settled)
+    lane.put([(i, MQ, [i], None) for i in range(60)])
+    await until(lambda: len(settled.outcomes) == 60, 10, "every outcome")
+    invoker.shutdown(wait=True)
+    assert peak == 4  # the pool's size, never more

@@ -148,6 +148,14 @@ class CallLane:
         return 1 if self.call_ms < QUICK_CALL_MS else self._pool_size()
 
     def _spawn(self) -> None:
+        """Start drain loops up to the number wanted, and the patience check (on the loop)."""
+        self._more()
+        if self._watch is None and self._drainers:
+            self._watch = self._loop.call_later(self._patience_s, self._check)
+
+    def _more(self) -> None:
+        """Start drain loops up to the number wanted (on the loop, or in a drain loop that
+        finds calls slow with others waiting)."""
         with self._lock:
             n = min(self._want() - self._drainers, len(self._work))
             if n <= 0:
@@ -164,8 +172,6 @@ class CallLane:
             if started < n:
                 with self._lock:
                     self._drainers -= n - started
-        if self._watch is None:
-            self._watch = self._loop.call_later(self._patience_s, self._check)
 
     def _drain(self, context: contextvars.Context) -> None:
         try:
@@ -224,6 +230,8 @@ class CallLane:
                 if unposted >= POST_CALLS or end - first >= post_s or ms >= QUICK_CALL_MS:
                     self._wake()
                     unposted = 0
+                    if work and self.call_ms >= QUICK_CALL_MS:
+                        self._more()  # slow calls queued: the rest of the pool joins in
                 if self._drainers > 1 and self._drainers > self._want():
                     with lock:
                         if self._drainers > self._want():
