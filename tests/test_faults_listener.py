@@ -13,9 +13,9 @@ from engine_support import create_topic
 from test_faults_support import id_of, listener_failure_scenario, produce_ids, wait_until
 
 from rmqk.engine.consumer import AsyncPushConsumer
+from rmqk.engine.lane import QUICK_CALL_MS
 from rmqk.model.message import MessageExt
 from rmqk.plugins.broker import EmbeddedBroker
-from rmqk.engine.lane import QUICK_CALL_MS
 
 pytestmark = pytest.mark.timeout(120)
 
