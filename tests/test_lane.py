@@ -229,3 +229,15 @@ async def test_slow_calls_put_at_once_spread_over_the_pool() -> None:
     await until(lambda: len(settled.outcomes) == 60, 10, "every outcome")
     invoker.shutdown(wait=True)
     assert peak == 4  # the pool's size, never more
+
+
+async def test_deliver_group_still_works_with_a_deprecation_warning() -> None:
+    """Removed from the consume-service contract in issue 29; a third-party service that
+    called it still gets every batch delivered, and is told what to use instead."""
+    got: list[int] = []
+    invoker = ListenerInvoker(lambda msgs: got.append(msgs[0]), "g", 2)
+    with pytest.warns(DeprecationWarning, match=r"host.listener.lane\(settle\)"):
+        outcomes = await invoker.deliver_group([(MQ, [i], None) for i in range(5)])
+    invoker.shutdown(wait=True)
+    assert got == [0, 1, 2, 3, 4]
+    assert [o.exception for o in outcomes] == [None] * 5

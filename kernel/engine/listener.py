@@ -20,6 +20,7 @@ import inspect
 import logging
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -503,6 +504,30 @@ class ListenerInvoker:
         )
         self.report_failure(refused, queue)
         return ListenerOutcome(None, refused, 0.0)
+
+    async def deliver_group(
+        self,
+        calls: Sequence[tuple[MessageQueue, list[MessageExt], Any]],
+        patience_s: float = 0.25,
+        on_give_up: Callable[[int], None] | None = None,
+        watch_single: bool = False,
+    ) -> list[ListenerOutcome]:
+        """Deprecated: each batch through :meth:`deliver` in turn (the patience arguments
+        are no longer used). A consume service puts a plain listener's batches on
+        :meth:`lane` instead, which costs no thread hop per batch."""
+        warnings.warn(
+            "ListenerInvoker.deliver_group is deprecated and will be removed in the next "
+            "release: deliver each batch with host.deliver, or put a plain listener's "
+            "batches on host.listener.lane(settle) (rmqk.spi.consume.CallLane)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        out: list[ListenerOutcome] = []
+        for queue, msgs, context in calls:
+            outcome = await self.deliver(queue, msgs, context)
+            assert outcome is not None  # no settled callback: always an outcome
+            out.append(outcome)
+        return out
 
     def lane(
         self,
