@@ -237,8 +237,6 @@ class ConcurrentConsumeService:
         if lane is not None:
             if mq.topic == self._retry_topic:
                 self.host.reset_retry_topic(msgs)
-            # As the calls begin, if they are quick (else _lane_begins stamps them again).
-            _stamp_started(pq, msgs, int(time.time() * 1000))
             if self.host.listener.wants_context:
                 for r in chunks:
                     r.ctx = ConsumeConcurrentlyContext(mq)
@@ -246,6 +244,9 @@ class ConcurrentConsumeService:
             else:
                 calls = [(r, mq, r.msgs, None) for r in chunks]
             if lane.put(calls):
+                # Quick calls begin within moments; slow ones are stamped again as they
+                # begin (_lane_begins). None is acknowledged before this returns.
+                _stamp_started(pq, msgs, int(time.time() * 1000))
                 return
         put = self._queue.put_nowait
         for r in chunks:
@@ -260,17 +261,12 @@ class ConcurrentConsumeService:
 
     def _lane_settled(self, done: list[tuple[Any, ListenerOutcome | None]]) -> None:
         """Outcomes of chunks the lane ran (on the loop): acknowledged as the workers'."""
-        success = ConsumeStatus.CONSUME_SUCCESS
         wants_context = self.host.listener.wants_context
         for r, outcome in done:
             if outcome is None:
                 continue  # not called: its queue was dropped, or the service stopped
-            status, ctx = outcome.status, r.ctx if wants_context else None
-            if (
-                outcome.exception is None
-                and (status is None or status is success)
-                and (ctx is None or ctx.ack_index >= len(r.msgs) - 1)
-            ):
+            ctx = r.ctx if wants_context else None
+            if _consumed_whole(outcome, ctx, r.msgs):
                 self._ack(r, outcome.duration_ms)
             elif not self._stopped:
                 spawn(self._tasks, self._finish(r, ctx, outcome))
@@ -316,12 +312,7 @@ class ConcurrentConsumeService:
             if outcome is None:
                 self._deferred += 1
                 continue
-            status = outcome.status
-            if (
-                outcome.exception is None
-                and (status is None or status is ConsumeStatus.CONSUME_SUCCESS)
-                and (ctx is None or ctx.ack_index >= len(r.msgs) - 1)
-            ):
+            if _consumed_whole(outcome, ctx, r.msgs):
                 self._ack(r, outcome.duration_ms)
                 continue
             try:
@@ -372,12 +363,8 @@ class ConcurrentConsumeService:
         self._deferred -= 1
         if self._stopped and isinstance(outcome.exception, asyncio.CancelledError):
             return  # given up at shutdown: the batch stays unacknowledged
-        status, ctx = outcome.status, r.ctx
-        if (
-            outcome.exception is None
-            and (status is None or status is ConsumeStatus.CONSUME_SUCCESS)
-            and (ctx is None or ctx.ack_index >= len(r.msgs) - 1)
-        ):
+        ctx = r.ctx
+        if _consumed_whole(outcome, ctx, r.msgs):
             self._ack(r, outcome.duration_ms)
             return
         if not self._stopped:
@@ -461,6 +448,19 @@ class ConcurrentConsumeService:
         self, msg: MessageExt, broker_name: str | None
     ) -> ConsumeMessageDirectlyResult:
         return await consume_concurrently_directly(self.host, msg, broker_name)
+
+
+def _consumed_whole(
+    outcome: ListenerOutcome, ctx: ConsumeConcurrentlyContext | None, msgs: list[MessageExt]
+) -> bool:
+    """Whether a chunk is simply acknowledged: no exception, success (None counts), and
+    no ``ack_index`` short of its last message. Anything else takes ``_finish``."""
+    status = outcome.status
+    return (
+        outcome.exception is None
+        and (status is None or status is ConsumeStatus.CONSUME_SUCCESS)
+        and (ctx is None or ctx.ack_index >= len(msgs) - 1)
+    )
 
 
 def _stamp_started(pq: QueueView, msgs: list[MessageExt], started: int) -> None:
