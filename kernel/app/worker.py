@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -125,7 +126,15 @@ def worker_main(job: WorkerJob, conn: Connection) -> None:
     set_current_worker(job.identity)
     configure_logging(job.log_level, job.log_format, stream=_LogStream(pipe))  # type: ignore[arg-type]
     try:
-        asyncio.run(_run(job, pipe))
+        try:
+            asyncio.run(_run(job, pipe))
+        finally:
+            # Stopped (or failed): the loop's close put the default handlers back, so a
+            # late Ctrl-C or the supervisor's SIGTERM (sent up to a poll later than the
+            # terminal's SIGINT) would print a KeyboardInterrupt traceback, or kill the
+            # worker, while it exits. A stop is under way: further ones change nothing.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
     except KeyboardInterrupt:
         pass
     except BaseException as exc:
