@@ -267,6 +267,26 @@ def test_consume_cpu_compares_plain_and_async_listeners_on_java_shaped_messages(
             assert float(ratio.split("CPU a message ")[1].split("x")[0]) > 0
 
 
+def test_demo_phase_alternates_the_demos_sink_and_bare_consume() -> None:
+    """The demo's ratio with its spread, tiny: each round lands every row and says both rates."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.demo_phase", "-n", "2000", "--rounds", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    rounds = [line for line in lines if line.startswith("round ")]
+    assert [r.split(":")[0] for r in rounds] == ["round 1", "round 2"], proc.stdout
+    for line in rounds:
+        ratio = float(line.rsplit("end to end / bare ", 1)[1])
+        assert ratio > 0 and "flushes" in line and "msg/s" in line, line
+    (summary,) = [line for line in lines if line.startswith("demo end to end / bare consume")]
+    assert "2,000 messages, 2 rounds: median" in summary, summary
+
+
 async def test_java_shaped_fill_writes_the_properties_java_writes(tmp_path: Path) -> None:
     from bench.load import fill_topic
     from rmqk import AsyncLitePullConsumer
