@@ -266,6 +266,72 @@ async def test_rows_that_arrived_during_a_write_and_stopped_go_when_it_ends() ->
     assert [len(w) for w in sink.written] == [10, 9]
 
 
+def pulled(queue_id: int, offsets: Sequence[int], end: int) -> list[MessageExt]:
+    """Messages as a pull stamps them: the queue's max offset (``end``) at the pull."""
+    out = msgs(queue_id, offsets)
+    for m in out:
+        m.set_queue_bounds((0, end))
+    return out
+
+
+async def test_the_end_of_a_backlog_goes_at_once_not_at_the_timer() -> None:
+    sink = PipelineSink(rows=1000, seconds=30.0)
+    await sink.start()
+    try:
+        # Two queues pulled behind their ends (20 and 10 messages in the broker).
+        early = [
+            sink.submit(QUEUES[0], pulled(0, range(0, 10), 20)),
+            sink.submit(QUEUES[1], pulled(1, range(0, 5), 10)),
+            # Queue 0 reaches its end; queue 1 is still behind: nothing is due.
+            sink.submit(QUEUES[0], pulled(0, range(10, 20), 20)),
+        ]
+        await asyncio.sleep(0.5)
+        assert sink.writes == 0 and not any(f.done() for f in early)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        last = sink.submit(QUEUES[1], pulled(1, range(5, 10), 10))
+        await asyncio.wait_for(asyncio.gather(*early, last), 10)
+        # Not the timer's 30 s: the backlog's end made the buffer due.
+        assert loop.time() - began < 5
+        assert [len(w) for w in sink.written] == [30]
+        # Caught up, a trickle keeps the timer: each batch reaches its queue's end.
+        trickle = sink.submit(QUEUES[0], pulled(0, range(20, 21), 21))
+        await asyncio.sleep(0.5)
+        assert not trickle.done() and sink.writes == 1
+    finally:
+        await sink.close()
+    assert [len(w) for w in sink.written] == [30, 1]
+
+
+async def test_a_withdrawn_queue_no_longer_holds_the_end_of_a_backlog_up() -> None:
+    sink = PipelineSink(rows=1000, seconds=30.0)
+    await sink.start()
+    try:
+        gone = sink.submit(QUEUES[1], pulled(1, range(0, 5), 50))
+        kept = sink.submit(QUEUES[0], pulled(0, range(0, 5), 10))
+        gone.cancel()  # queue 1 dropped (a rebalance, a reset) while behind
+        end = sink.submit(QUEUES[0], pulled(0, range(5, 10), 10))
+        await asyncio.wait_for(asyncio.gather(kept, end), 5)
+    finally:
+        await sink.close()
+    assert sink.written == [[(0, o) for o in range(10)]]
+
+
+async def test_batches_without_the_queue_end_keep_the_timer() -> None:
+    sink = PipelineSink(rows=1000, seconds=1.0)
+    await sink.start()
+    try:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        batch = sink.submit(QUEUES[0], msgs(0, range(0, 5)))  # no max offset stamped
+        await asyncio.sleep(0.5)
+        assert not batch.done()
+        await asyncio.wait_for(batch, 10)
+        assert loop.time() - began >= 0.9
+    finally:
+        await sink.close()
+
+
 def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 

@@ -13,7 +13,10 @@ consumed batches, from many queues) durably. The base does the rest:
   (:class:`FlushTriggers`), or its oldest batch is ``seconds`` old, whichever
   comes first; it takes batches up to ``rows`` / ``bytes`` and the rest is the
   next flush. With ``part_rows``, a part or more that waited on a write and
-  stopped growing (a quarter of ``seconds``) goes when the write ends.
+  stopped growing (a quarter of ``seconds``) goes when the write ends. The end
+  of a backlog goes at once: when the last queue whose batches were pulled
+  behind its queue's end (the max offset stamped at the pull) delivers a batch
+  that reaches it, what is buffered is due, without waiting for the timer.
   Writes run in a worker thread, one at a time, while the event loop keeps
   buffering.
 * A sink that turns batches into something to write (Arrow columns) sets
@@ -157,6 +160,9 @@ class GroupCommitSink(abc.ABC):
         self._hinted = False
         self._starved = 0
         self._kick = asyncio.Event()
+        # Queues whose newest batch was pulled behind the queue's end: while any is, a
+        # backlog is being consumed; the batch that leaves none is its end (_submit).
+        self._lagging: set[MessageQueue] = set()
         self._has_data = asyncio.Event()
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
@@ -424,15 +430,39 @@ class GroupCommitSink(abc.ABC):
         self._has_data.set()
         if self._rows >= self._max_rows or self._bytes >= self._max_bytes:
             self._kick.set()
+        self._track_backlog(queue, messages)
         if self._parts is not None:
             self._parts.added(entry, loop)
         return entry
+
+    def _track_backlog(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
+        """Make the buffer due at once when a backlog has just been consumed to its end.
+
+        A batch whose last offset is below its queue's max offset at the pull was
+        pulled behind; one that reaches it was not. When the last queue that was
+        behind catches up, nothing more is pending on the broker: the last rows of
+        the backlog go now instead of after ``seconds`` (a trickle, whose every
+        batch reaches the end, keeps the timer). Batches without the max offset
+        (pulled by other means) change nothing.
+        """
+        last = messages[-1]
+        end = last.queue_max_offset()
+        if end is None:
+            return
+        if last.queue_offset + 1 < end:
+            self._lagging.add(queue)
+        elif self._lagging:
+            self._lagging.discard(queue)
+            if not self._lagging:
+                self._kick.set()
 
     def _withdraw(self, entry: Pending) -> None:
         """Take a cancelled batch out of the buffer if no flush has taken it yet.
 
         Called by ``entry.cancel()``, at once, not from a done callback.
         """
+        # A queue reset or given up: it no longer holds a backlog up.
+        self._lagging.discard(entry.queue)
         if self._pending.pop(entry, False) is None:
             self._rows -= len(entry.messages)
             self._bytes -= entry.bytes
