@@ -36,6 +36,8 @@ class Phase:
     cpu_s: float
     loop_cpu_s: float
     flushes: int = 0
+    # From the last batch buffered to the last flush committed: the pipeline's tail.
+    tail_ms: float = 0.0
 
 
 def _warm_up(options: Any, scratch: Path) -> None:
@@ -80,10 +82,13 @@ async def _sink_phase(spec: Any, count: int, timeout: float) -> Phase:
             await asyncio.sleep(0.01)
         stats = sink.stats
         cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
+        # The group-commit base's time of the last batch it buffered (a bench-only peek).
+        last_buffered: float = sink.writer._last_write_at
     finally:
         await composed.stop()
-    seconds = (stats.last_flush_at or time.monotonic()) - started
-    return Phase(count / max(seconds, 1e-9), cpu, loop_cpu, stats.flushes)
+    ended = stats.last_flush_at or time.monotonic()
+    tail_ms = (ended - last_buffered) * 1000
+    return Phase(count / max(ended - started, 1e-9), cpu, loop_cpu, stats.flushes, tail_ms)
 
 
 async def _bare_phase(
@@ -151,6 +156,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 ratios.append(sink.rate / bare.rate)
                 print(
                     f"round {n + 1}: sink {sink.rate:,.0f} rows/s ({sink.flushes} flushes, "
+                    f"tail {sink.tail_ms:.0f} ms, "
                     f"CPU {sink.cpu_s:.2f} s, loop thread {sink.loop_cpu_s:.2f} s) | bare "
                     f"{bare.rate:,.0f} msg/s (CPU {bare.cpu_s:.2f} s, loop thread "
                     f"{bare.loop_cpu_s:.2f} s) | end to end / bare {ratios[-1]:.2f}",
