@@ -42,27 +42,15 @@ class Phase:
 
 def _warm_up(options: Any, scratch: Path) -> None:
     """One small flush through the Arrow writer: the imports the demo's warm-up made."""
-    from rmqk.model.message import MessageExt
     from rmqk.plugins.spark.arrow_writer import ArrowFileWriter
     from rmqk.plugins.spark.columns import messages_to_arrow
-    from rmqk.plugins.spark.demo import TOPIC, order_events
-
-    sample = [
-        MessageExt(
-            topic=TOPIC,
-            body=e.body,
-            queue_offset=i,
-            store_host="127.0.0.1:10911",
-            properties={"TAGS": e.tag, "KEYS": e.order_id},
-        )
-        for i, e in enumerate(order_events(64))
-    ]
+    from rmqk.plugins.spark.demo import warm_up_messages
 
     def no_spark(batch: Any) -> Any:
         raise RuntimeError("the warm-up batch needs no Spark")
 
     writer = ArrowFileWriter(options, "warmup", no_spark)
-    writer.write(messages_to_arrow([(None, sample)]), scratch / "warmup", 0, temporary=False)
+    writer.write(messages_to_arrow([(None, warm_up_messages())]), scratch / "warmup", 0, False)
     shutil.rmtree(scratch / "warmup", ignore_errors=True)
 
 
@@ -94,36 +82,14 @@ async def _sink_phase(spec: Any, count: int, timeout: float) -> Phase:
 async def _bare_phase(
     namesrv_addr: str, topic: str, expression: str, count: int, timeout: float
 ) -> Phase:
-    """A no-op batch-32 consumer of the same backlog (what ``rmqk demo`` compares with)."""
-    from rmqk import AsyncPushConsumer
+    """What ``rmqk demo`` compares with (its own function), with a fresh group."""
+    from rmqk.plugins.spark.demo_bare import bare_consume_rate
 
-    done = asyncio.Event()
-    got = [0]
-    last = [0.0]
-
-    async def listener(msgs: list[Any], context: Any) -> None:
-        got[0] += len(msgs)
-        if got[0] >= count:
-            last[0] = time.monotonic()
-            done.set()
-
-    consumer = AsyncPushConsumer(
-        unique("demo_phase_bare"),
-        namesrv_addr=namesrv_addr,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        consume_message_batch_max_size=32,
-    )
-    consumer.subscribe(topic, expression)
-    consumer.register_listener(listener)
     cpu, loop_cpu = time.process_time(), time.thread_time()
-    started = time.monotonic()
-    await consumer.start()
-    try:
-        await asyncio.wait_for(done.wait(), timeout)
-        cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
-    finally:
-        await consumer.shutdown()
-    return Phase(count / max(last[0] - started, 1e-9), cpu, loop_cpu)
+    rate = await bare_consume_rate(
+        namesrv_addr, topic, count, timeout, expression, group=unique("demo_phase_bare")
+    )
+    return Phase(rate, time.process_time() - cpu, time.thread_time() - loop_cpu)
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -238,27 +238,33 @@ def test_rmqk_bench_outside_a_checkout_says_where_to_run_it(tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(180)
-def test_consume_cpu_compares_plain_and_async_listeners_on_java_shaped_messages() -> None:
-    """Issue 29's scenario, tiny: every variant on both shapes, and the ratio lines."""
+def run_module(module: str, *args: str) -> str:
+    """``python -m module args`` from the repository root; its stdout, once it exited 0."""
     proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.consume_cpu", "-n", "300", "--rounds", "1"),
-            *("--batch", "32,1", "--listener", "sync,async", "--shape", "java,rmqk"),
-        ],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=170,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    return proc.stdout
+
+
+def test_consume_cpu_compares_plain_and_async_listeners_on_java_shaped_messages() -> None:
+    """Issue 29's scenario, tiny: every variant on both shapes, and the ratio lines."""
+    stdout = run_module(
+        *("bench.consume_cpu", "-n", "300", "--rounds", "1", "--batch", "32,1"),
+        *("--listener", "sync,async", "--shape", "java,rmqk"),
+    )
+    lines = stdout.splitlines()
     for shape in ("java", "rmqk"):
         for batch in (32, 1):
             for kind in ("sync", "async"):
                 assert any(
                     line.startswith(f"b{batch}_{kind}_{shape} (") and "min" in line
                     for line in lines
-                ), (shape, batch, kind, proc.stdout)
+                ), (shape, batch, kind, stdout)
             (ratio,) = [
                 line
                 for line in lines
@@ -269,17 +275,10 @@ def test_consume_cpu_compares_plain_and_async_listeners_on_java_shaped_messages(
 
 def test_demo_phase_alternates_the_demos_sink_and_bare_consume() -> None:
     """The demo's ratio with its spread, tiny: each round lands every row and says both rates."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.demo_phase", "-n", "2000", "--rounds", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=170,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    stdout = run_module("bench.demo_phase", "-n", "2000", "--rounds", "2")
+    lines = stdout.splitlines()
     rounds = [line for line in lines if line.startswith("round ")]
-    assert [r.split(":")[0] for r in rounds] == ["round 1", "round 2"], proc.stdout
+    assert [r.split(":")[0] for r in rounds] == ["round 1", "round 2"], stdout
     for line in rounds:
         ratio = float(line.rsplit("end to end / bare ", 1)[1])
         assert ratio > 0 and "flushes" in line and "msg/s" in line, line

@@ -248,7 +248,6 @@ def _start_spark(options: Any, jvm_log: str | None = None) -> Any:
 
     With ``jvm_log``, the JVM's stdout and stderr go to that file for good.
     """
-    from rmqk.model.message import MessageExt
     from rmqk.plugins.spark.arrow_writer import ArrowFileWriter
     from rmqk.plugins.spark.columns import messages_to_arrow
     from rmqk.plugins.spark.frames import FrameWriter
@@ -261,17 +260,7 @@ def _start_spark(options: Any, jvm_log: str | None = None) -> Any:
     session.sparkContext.setLogLevel("ERROR")
     scratch = tempfile.mkdtemp(prefix="rmqk-demo-warmup-")
     try:
-        sample = [
-            MessageExt(
-                topic=TOPIC,
-                body=e.body,
-                queue_offset=i,
-                store_host="127.0.0.1:10911",
-                properties={"TAGS": e.tag, "KEYS": e.order_id},
-            )
-            for i, e in enumerate(order_events(64))
-        ]
-        batch = messages_to_arrow([(None, sample)])
+        batch = messages_to_arrow([(None, warm_up_messages())])
         target = os.path.join(scratch, "w")
         if options.resolved_writer == "spark":
             writer = FrameWriter(attrs.evolve(options, path=scratch, table=None), session)
@@ -287,6 +276,22 @@ def _start_spark(options: Any, jvm_log: str | None = None) -> Any:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return session
+
+
+def warm_up_messages() -> list[Any]:
+    """64 order events as consumed messages: the batch the writer is warmed up with."""
+    from rmqk.model.message import MessageExt
+
+    return [
+        MessageExt(
+            topic=TOPIC,
+            body=e.body,
+            queue_offset=i,
+            store_host="127.0.0.1:10911",
+            properties={"TAGS": e.tag, "KEYS": e.order_id},
+        )
+        for i, e in enumerate(order_events(64))
+    ]
 
 
 def writer_rows(session: Any, batch: Any) -> Any:

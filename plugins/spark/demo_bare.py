@@ -16,13 +16,15 @@ async def bare_consume_rate(
     timeout: float,
     expression: str = "*",
     expression_type: str = "TAG",
+    group: str = "rmqk-demo-bare-consume",
 ) -> float:
     """msg/s of a no-op consumer (batch 32) taking the same backlog with a group of its own.
 
     What the sink's end-to-end rate is measured against: the same broker, the
     same messages, the same subscription (a tag list costs the client and the
     broker a check per message, which ``"*"`` does not), the same machine,
-    minutes apart at most.
+    minutes apart at most. ``group`` must be new to the broker to take the
+    backlog from its first offset (``bench.demo_phase`` runs it once a round).
     """
     from rmqk import AsyncPushConsumer
 
@@ -37,7 +39,7 @@ async def bare_consume_rate(
             done.set()
 
     consumer = AsyncPushConsumer(
-        "rmqk-demo-bare-consume",
+        group,
         namesrv_addr=namesrv_addr,
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
         consume_message_batch_max_size=32,
