@@ -278,43 +278,65 @@ async def test_the_end_of_a_backlog_goes_at_once_not_at_the_timer() -> None:
     sink = PipelineSink(rows=1000, seconds=30.0)
     await sink.start()
     try:
-        # Two queues pulled behind their ends (20 and 10 messages in the broker).
+        # Two queues pulled far behind their ends (5,000 and 3,000 messages in the broker).
         early = [
-            sink.submit(QUEUES[0], pulled(0, range(0, 10), 20)),
-            sink.submit(QUEUES[1], pulled(1, range(0, 5), 10)),
+            sink.submit(QUEUES[0], pulled(0, range(0, 10), 5000)),
+            sink.submit(QUEUES[1], pulled(1, range(0, 5), 3000)),
             # Queue 0 reaches its end; queue 1 is still behind: nothing is due.
-            sink.submit(QUEUES[0], pulled(0, range(10, 20), 20)),
+            sink.submit(QUEUES[0], pulled(0, range(4990, 5000), 5000)),
+            # A few short of its end: still the same backlog.
+            sink.submit(QUEUES[1], pulled(1, range(2990, 2995), 3000)),
         ]
         await asyncio.sleep(0.5)
         assert sink.writes == 0 and not any(f.done() for f in early)
         loop = asyncio.get_running_loop()
         began = loop.time()
-        last = sink.submit(QUEUES[1], pulled(1, range(5, 10), 10))
+        last = sink.submit(QUEUES[1], pulled(1, range(2995, 3000), 3000))
         await asyncio.wait_for(asyncio.gather(*early, last), 10)
         # Not the timer's 30 s: the backlog's end made the buffer due.
         assert loop.time() - began < 5
-        assert [len(w) for w in sink.written] == [30]
+        assert [len(w) for w in sink.written] == [35]
         # Caught up, a trickle keeps the timer: each batch reaches its queue's end.
-        trickle = sink.submit(QUEUES[0], pulled(0, range(20, 21), 21))
+        trickle = sink.submit(QUEUES[0], pulled(0, range(5000, 5001), 5001))
         await asyncio.sleep(0.5)
         assert not trickle.done() and sink.writes == 1
     finally:
         await sink.close()
-    assert [len(w) for w in sink.written] == [30, 1]
+    assert [len(w) for w in sink.written] == [35, 1]
+
+
+async def test_a_consumer_a_few_pulls_behind_now_and_then_keeps_the_timer() -> None:
+    # Keeping up with the producers: some pulls leave messages behind, none a backlog.
+    sink = PipelineSink(rows=1000, seconds=1.0)
+    await sink.start()
+    try:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        batches = [
+            sink.submit(QUEUES[0], pulled(0, range(0, 32), 100)),
+            sink.submit(QUEUES[0], pulled(0, range(32, 64), 64)),
+        ]
+        await asyncio.sleep(0.5)
+        assert not any(f.done() for f in batches)
+        await asyncio.wait_for(asyncio.gather(*batches), 10)
+        assert loop.time() - began >= 0.9
+    finally:
+        await sink.close()
+    assert [len(w) for w in sink.written] == [64]
 
 
 async def test_a_withdrawn_queue_no_longer_holds_the_end_of_a_backlog_up() -> None:
     sink = PipelineSink(rows=1000, seconds=30.0)
     await sink.start()
     try:
-        gone = sink.submit(QUEUES[1], pulled(1, range(0, 5), 50))
-        kept = sink.submit(QUEUES[0], pulled(0, range(0, 5), 10))
+        gone = sink.submit(QUEUES[1], pulled(1, range(0, 5), 5000))
+        kept = sink.submit(QUEUES[0], pulled(0, range(0, 5), 2000))
         gone.cancel()  # queue 1 dropped (a rebalance, a reset) while behind
-        end = sink.submit(QUEUES[0], pulled(0, range(5, 10), 10))
+        end = sink.submit(QUEUES[0], pulled(0, range(1995, 2000), 2000))
         await asyncio.wait_for(asyncio.gather(kept, end), 5)
     finally:
         await sink.close()
-    assert sink.written == [[(0, o) for o in range(10)]]
+    assert sink.written == [[(0, o) for o in (*range(5), *range(1995, 2000))]]
 
 
 async def test_batches_without_the_queue_end_keep_the_timer() -> None:

@@ -14,9 +14,10 @@ consumed batches, from many queues) durably. The base does the rest:
   comes first; it takes batches up to ``rows`` / ``bytes`` and the rest is the
   next flush. With ``part_rows``, a part or more that waited on a write and
   stopped growing (a quarter of ``seconds``) goes when the write ends. The end
-  of a backlog goes at once: when the last queue whose batches were pulled
-  behind its queue's end (the max offset stamped at the pull) delivers a batch
-  that reaches it, what is buffered is due, without waiting for the timer.
+  of a backlog goes at once: when the last queue pulled more than
+  :data:`BACKLOG_BEHIND` messages behind its end (the max offset stamped at the
+  pull) delivers a batch that reaches it, what is buffered is due, without
+  waiting for the timer.
   Writes run in a worker thread, one at a time, while the event loop keeps
   buffering.
 * A sink that turns batches into something to write (Arrow columns) sets
@@ -76,6 +77,10 @@ log = logging.getLogger("rmqk.plugins.sinks.groupcommit")
 # A flush whose commit loses a race with another writer is re-filtered and written again
 # this often.
 _COMMIT_ATTEMPTS = 5
+# A queue holds a backlog while a batch was pulled with more than this many messages behind
+# it; a consumer that keeps up, a few pulls behind now and then, does not count (its
+# flushes keep the timer instead of one at each catch-up).
+BACKLOG_BEHIND = 1024
 
 
 @attrs.frozen
@@ -438,20 +443,22 @@ class GroupCommitSink(abc.ABC):
     def _track_backlog(self, queue: MessageQueue, messages: Sequence[MessageExt]) -> None:
         """Make the buffer due at once when a backlog has just been consumed to its end.
 
-        A batch whose last offset is below its queue's max offset at the pull was
-        pulled behind; one that reaches it was not. When the last queue that was
-        behind catches up, nothing more is pending on the broker: the last rows of
-        the backlog go now instead of after ``seconds`` (a trickle, whose every
-        batch reaches the end, keeps the timer). Batches without the max offset
-        (pulled by other means) change nothing.
+        A batch pulled more than :data:`BACKLOG_BEHIND` messages short of its
+        queue's max offset at the pull marks the queue as holding a backlog; one
+        that reaches the max offset clears it. When the last such queue catches up,
+        nothing more is pending on the broker: the last rows of the backlog go now
+        instead of after ``seconds``. A trickle, or a consumer a few pulls behind
+        now and then, keeps the timer. Batches without the max offset (pulled by
+        other means) change nothing.
         """
         last = messages[-1]
         end = last.queue_max_offset()
         if end is None:
             return
-        if last.queue_offset + 1 < end:
+        behind = end - (last.queue_offset + 1)
+        if behind > BACKLOG_BEHIND:
             self._lagging.add(queue)
-        elif self._lagging:
+        elif behind <= 0 and self._lagging:
             self._lagging.discard(queue)
             if not self._lagging:
                 self._kick.set()
