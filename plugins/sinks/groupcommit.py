@@ -165,8 +165,9 @@ class GroupCommitSink(abc.ABC):
         self._hinted = False
         self._starved = 0
         self._kick = asyncio.Event()
-        # Queues whose newest batch was pulled behind the queue's end: while any is, a
-        # backlog is being consumed; the batch that leaves none is its end (_submit).
+        # Queues pulled far behind their end (BACKLOG_BEHIND) and not caught up since: while
+        # any is, a backlog is being consumed; the batch that leaves none is its end
+        # (_track_backlog).
         self._lagging: set[MessageQueue] = set()
         self._has_data = asyncio.Event()
         self._closing = False
